@@ -1,0 +1,1 @@
+"""Metrics, summaries and comparisons of replay results."""

@@ -1,0 +1,3 @@
+use pyo3::prelude::*;
+#[pymodule]
+fn _engine(_m: &Bound<'_, PyModule>) -> PyResult<()> { Ok(()) }

@@ -1,0 +1,1 @@
+"""Synthetic workload generators that emit traces in the common schema."""

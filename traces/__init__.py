@@ -1,0 +1,1 @@
+"""Traces: the schema, reading and writing Parquet traces, and the bundled trace library."""
