@@ -1,3 +1,13 @@
-use pyo3::prelude::*;
-#[pymodule]
-fn _engine(_m: &Bound<'_, PyModule>) -> PyResult<()> { Ok(()) }
+//! tracereplay's native async I/O core: engines (io_uring, psync, null) behind one small
+//! trait, a core loop that paces and accounts, and a thin Python module over it.
+
+pub mod backend;
+pub mod clock;
+pub mod data;
+pub mod null;
+pub mod psync;
+pub mod run;
+pub mod uring;
+
+#[cfg(feature = "python")]
+mod python;

@@ -1,0 +1,170 @@
+//! The memory I/Os read into and write from: two aligned buffers allocated once per run.
+//!
+//! Reads all land in one shared scratch buffer (the data read is never looked at, and
+//! concurrent DMA into it is harmless). Writes take their bytes from a pool of prepared data
+//! at a position that varies with the row, so consecutive writes do not carry identical
+//! blocks. Nothing is allocated per I/O.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+/// O_DIRECT needs buffers aligned to the logical block size; 4 KiB covers every device here.
+pub const ALIGN: usize = 4096;
+
+/// What writes carry. Compressing controllers score differently on each.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DataPattern {
+    /// Incompressible pseudo-random bytes (the default).
+    Random,
+    Zeros,
+    /// This percentage of every 4 KiB block is zeros, the rest random.
+    Compressible(u8),
+}
+
+impl DataPattern {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "random" => Ok(Self::Random),
+            "zeros" => Ok(Self::Zeros),
+            _ => match s.strip_prefix("compressible:").map(str::parse::<u8>) {
+                Some(Ok(p)) if p <= 100 => Ok(Self::Compressible(p)),
+                _ => Err(format!(
+                    "unknown data pattern '{s}': use random, zeros or compressible:PCT with PCT from 0 to 100"
+                )),
+            },
+        }
+    }
+}
+
+pub struct AlignedBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain memory owned by this value; the engine hands raw pointers into
+// it to the kernel and to its own I/O threads, never creating Rust references to the bytes
+// while I/O may be writing them.
+unsafe impl Send for AlignedBuf {}
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    pub fn zeroed(len: usize) -> Self {
+        let len = len.max(ALIGN).next_multiple_of(ALIGN);
+        let layout = Layout::from_size_align(len, ALIGN).expect("buffer layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory allocating a {len}-byte I/O buffer");
+        Self { ptr, len }
+    }
+
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Fill with `pattern`; called before any I/O uses the buffer.
+    pub fn fill(&mut self, pattern: DataPattern, seed: u64) {
+        // SAFETY: no I/O is in flight yet, so this is the only access to the bytes.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) };
+        let zero_share = match pattern {
+            DataPattern::Random => 0,
+            DataPattern::Zeros => 100,
+            DataPattern::Compressible(p) => p as usize,
+        };
+        let random_len = ALIGN * (100 - zero_share) / 100;
+        let mut state = seed | 1;
+        for block in bytes.chunks_mut(ALIGN) {
+            for word in block[..random_len].chunks_mut(8) {
+                state = splitmix64(state);
+                word.copy_from_slice(&state.to_le_bytes()[..word.len()]);
+            }
+            block[random_len..].fill(0);
+        }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout = Layout::from_size_align(self.len, ALIGN).expect("buffer layout");
+        // SAFETY: allocated in `zeroed` with this same layout; no I/O outlives the buffers
+        // (the engine reaps everything in flight before it drops them).
+        unsafe { dealloc(self.ptr, layout) };
+    }
+}
+
+#[inline]
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The buffers of one run.
+pub struct Buffers {
+    pub read: AlignedBuf,
+    pub pool: AlignedBuf,
+}
+
+impl Buffers {
+    /// `max_length` is the largest I/O of the trace.
+    pub fn new(max_length: usize, pattern: DataPattern) -> Self {
+        let read = AlignedBuf::zeroed(max_length);
+        let mut pool = AlignedBuf::zeroed((2 * max_length).max(8 << 20));
+        pool.fill(pattern, 0x7472_6163_6572_6570);
+        Self { read, pool }
+    }
+
+    /// Where the write of row `row`, `len` bytes long, takes its data: an aligned position in
+    /// the pool picked by hashing the row.
+    #[inline]
+    pub fn write_source(&self, row: u64, len: usize) -> *mut u8 {
+        let slots = ((self.pool.len() - len.next_multiple_of(ALIGN)) / ALIGN + 1) as u64;
+        let slot = splitmix64(row) % slots;
+        // SAFETY: slot * ALIGN + len <= pool.len() by the choice of `slots`.
+        unsafe { self.pool.ptr().add(slot as usize * ALIGN) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_parse() {
+        assert_eq!(DataPattern::parse("random"), Ok(DataPattern::Random));
+        assert_eq!(DataPattern::parse("zeros"), Ok(DataPattern::Zeros));
+        assert_eq!(DataPattern::parse("compressible:40"), Ok(DataPattern::Compressible(40)));
+        assert!(DataPattern::parse("compressible:140").is_err());
+        assert!(DataPattern::parse("ones").is_err());
+    }
+
+    #[test]
+    fn buffers_are_aligned_and_sources_stay_inside_the_pool() {
+        let b = Buffers::new(1 << 20, DataPattern::Random);
+        assert_eq!(b.read.ptr() as usize % ALIGN, 0);
+        assert_eq!(b.pool.ptr() as usize % ALIGN, 0);
+        for row in 0..10_000u64 {
+            let len = 4096 * (1 + row as usize % 256);
+            let p = b.write_source(row, len) as usize;
+            let start = b.pool.ptr() as usize;
+            assert_eq!(p % ALIGN, 0);
+            assert!(p >= start && p + len <= start + b.pool.len());
+        }
+    }
+
+    #[test]
+    fn compressible_share_is_zeros() {
+        let mut buf = AlignedBuf::zeroed(64 * ALIGN);
+        buf.fill(DataPattern::Compressible(75), 1);
+        let bytes = unsafe { std::slice::from_raw_parts(buf.ptr(), buf.len()) };
+        let zeros = bytes.iter().filter(|&&b| b == 0).count() as f64 / bytes.len() as f64;
+        assert!((zeros - 0.75).abs() < 0.01, "zero share {zeros}");
+        buf.fill(DataPattern::Random, 1);
+        let bytes = unsafe { std::slice::from_raw_parts(buf.ptr(), buf.len()) };
+        let zeros = bytes.iter().filter(|&&b| b == 0).count() as f64 / bytes.len() as f64;
+        assert!(zeros < 0.01, "zero share {zeros}");
+    }
+}

@@ -1,0 +1,246 @@
+//! The Python module `replay._engine`: a `Replayer` that owns an engine thread. Python pushes
+//! trace chunks in and takes result chunks out; the GIL is released whenever Rust waits, and
+//! Ctrl-C is checked between waits.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::backend::Engine;
+use crate::data::{Buffers, DataPattern};
+use crate::null::NullEngine;
+use crate::psync::PsyncEngine;
+use crate::run::{run, Chunk, ChunkResult, Mode, Summary};
+use crate::uring::UringEngine;
+
+/// The one conversion from Rust I/O errors to Python: OSError with errno and a message
+/// saying what the engine was doing.
+fn os_error(context: &str, e: io::Error) -> PyErr {
+    match e.raw_os_error() {
+        Some(errno) => PyOSError::new_err((errno, format!("{context}: {e}"))),
+        None => PyOSError::new_err(format!("{context}: {e}")),
+    }
+}
+
+type RunOutcome = io::Result<Summary>;
+
+/// One replay run on one target. Build it, `push` chunks, `take` results, then `close` and
+/// `join`; `stop` asks it to finish early (in-flight I/Os are reaped, nothing more issued).
+#[pyclass(module = "replay._engine")]
+pub struct Replayer {
+    input: Option<SyncSender<Chunk>>,
+    output: Mutex<Receiver<ChunkResult>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<RunOutcome>>,
+    next_base: u64,
+}
+
+fn open_target(path: &str, writable: bool, direct: bool) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.read(true).write(writable);
+    if direct {
+        opts.custom_flags(libc::O_DIRECT);
+    }
+    opts.open(path)
+}
+
+#[pymethods]
+impl Replayer {
+    /// engine: "io_uring", "psync" or "null"; depth: the most I/Os in flight (--qd in afap,
+    /// --max-inflight in original mode); max_length: the largest I/O in the trace, in bytes.
+    #[new]
+    #[pyo3(signature = (target=None, *, engine="io_uring", afap=false, speed=1.0, depth=256,
+                        writable=false, direct=true, is_block=false, max_length=1<<20,
+                        data="random", queue_chunks=4))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        target: Option<&str>,
+        engine: &str,
+        afap: bool,
+        speed: f64,
+        depth: usize,
+        writable: bool,
+        direct: bool,
+        is_block: bool,
+        max_length: usize,
+        data: &str,
+        queue_chunks: usize,
+    ) -> PyResult<Self> {
+        if !(speed.is_finite() && speed > 0.0) {
+            return Err(PyValueError::new_err(format!("speed must be a positive number, not {speed}")));
+        }
+        if depth == 0 || depth > 32768 {
+            return Err(PyValueError::new_err(format!("depth must be between 1 and 32768, not {depth}")));
+        }
+        let pattern = DataPattern::parse(data).map_err(PyValueError::new_err)?;
+        let mode = if afap { Mode::Afap } else { Mode::Original { speed } };
+        let bufs = Buffers::new(max_length, pattern);
+        let file = match (engine, target) {
+            ("null", _) => None,
+            (_, Some(path)) => {
+                Some(open_target(path, writable, direct).map_err(|e| os_error(&format!("cannot open {path}"), e))?)
+            }
+            (_, None) => return Err(PyValueError::new_err(format!("the {engine} engine needs a target"))),
+        };
+        let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
+        let eng: Box<dyn Engine> = match engine {
+            "null" => Box::new(NullEngine::new(depth)),
+            "psync" => Box::new(PsyncEngine::new(fd, depth, is_block).map_err(|e| os_error("cannot start the psync threads", e))?),
+            "io_uring" => Box::new(UringEngine::new(fd, depth, &bufs, is_block).map_err(|e| os_error("cannot set up io_uring", e))?),
+            other => return Err(PyValueError::new_err(format!("unknown engine '{other}': use io_uring, psync or null"))),
+        };
+        let (in_tx, in_rx) = sync_channel(queue_chunks.max(1));
+        let (out_tx, out_rx) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("replay-engine".into())
+            .spawn(move || {
+                crate::clock::block_termination_signals();
+                crate::clock::set_precise_timer_slack();
+                let mut eng = eng;
+                let summary = run(eng.as_mut(), &bufs, mode, depth, in_rx, out_tx, &stop_flag);
+                // Order matters: the engine (its ring, its threads) goes before the buffers
+                // it points into and the file it uses.
+                drop(eng);
+                drop(bufs);
+                drop(file);
+                summary
+            })
+            .map_err(|e| os_error("cannot start the engine thread", e))?;
+        Ok(Self { input: Some(in_tx), output: Mutex::new(out_rx), stop, thread: Some(thread), next_base: 0 })
+    }
+
+    /// Hand the engine the next rows of the trace. Blocks (without the GIL) while the
+    /// engine's queue is full.
+    #[pyo3(signature = (ts_ns, op, offset, length, flags=None))]
+    fn push(
+        &mut self,
+        py: Python<'_>,
+        ts_ns: PyReadonlyArray1<'_, i64>,
+        op: PyReadonlyArray1<'_, u8>,
+        offset: PyReadonlyArray1<'_, i64>,
+        length: PyReadonlyArray1<'_, i64>,
+        flags: Option<PyReadonlyArray1<'_, u8>>,
+    ) -> PyResult<()> {
+        let n = op.len();
+        let lens = [ts_ns.len(), offset.len(), length.len(), flags.as_ref().map_or(n, |f| f.len())];
+        if lens.iter().any(|&l| l != n) {
+            return Err(PyValueError::new_err("push: all columns must have the same length"));
+        }
+        let mut chunk = Some(Chunk {
+            base: self.next_base,
+            ts_ns: ts_ns.as_slice()?.to_vec(),
+            op: op.as_slice()?.to_vec(),
+            offset: offset.as_slice()?.to_vec(),
+            length: length.as_slice()?.to_vec(),
+            flags: flags.map(|f| f.as_slice().map(<[u8]>::to_vec)).transpose()?,
+        });
+        let input = self.input.as_ref().ok_or_else(|| PyRuntimeError::new_err("push after close"))?;
+        loop {
+            match input.try_send(chunk.take().expect("chunk")) {
+                Ok(()) => break,
+                Err(TrySendError::Full(c)) => {
+                    chunk = Some(c);
+                    py.detach(|| std::thread::sleep(Duration::from_millis(2)));
+                    py.check_signals()?;
+                }
+                // The engine thread ended (stopped or failed); `join` says why.
+                Err(TrySendError::Disconnected(_)) => return Ok(()),
+            }
+        }
+        self.next_base += n as u64;
+        Ok(())
+    }
+
+    /// The next finished chunk as (intended_ns, issue_ns, complete_ns, result, issued), in
+    /// push order, or None: when nothing is ready (block=False) or the run is over.
+    #[pyo3(signature = (block=true))]
+    #[allow(clippy::type_complexity)]
+    fn take<'py>(
+        &self,
+        py: Python<'py>,
+        block: bool,
+    ) -> PyResult<
+        Option<(Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>, usize)>,
+    > {
+        let wait = Duration::from_millis(if block { 50 } else { 0 });
+        let got = loop {
+            match py.detach(|| self.output.lock().expect("engine output lock").recv_timeout(wait)) {
+                Ok(r) => break Some(r),
+                Err(RecvTimeoutError::Timeout) if block => py.check_signals()?,
+                Err(_) => break None,
+            }
+        };
+        Ok(got.map(|r| {
+            (
+                r.intended_ns.into_pyarray(py),
+                r.issue_ns.into_pyarray(py),
+                r.complete_ns.into_pyarray(py),
+                r.result.into_pyarray(py),
+                r.issued,
+            )
+        }))
+    }
+
+    /// No more chunks will come: the run ends when everything pushed has completed.
+    fn close(&mut self) {
+        self.input = None;
+    }
+
+    /// Ask the run to end now: nothing more is issued, in-flight I/Os are reaped.
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Wait for the engine thread (without the GIL) and return its summary, or raise the
+    /// error that ended it. Call after `close` or `stop`.
+    fn join<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.input = None;
+        let handle = self.thread.take().ok_or_else(|| PyRuntimeError::new_err("join called twice"))?;
+        while !handle.is_finished() {
+            py.detach(|| std::thread::sleep(Duration::from_millis(5)));
+            if let Err(e) = py.check_signals() {
+                self.stop.store(true, Ordering::Relaxed);
+                let _ = py.detach(|| handle.join());
+                return Err(e);
+            }
+        }
+        let outcome = handle.join().map_err(|_| PyRuntimeError::new_err("the engine thread panicked"))?;
+        let summary = outcome.map_err(|e| os_error("the I/O engine failed", e))?;
+        let d = PyDict::new(py);
+        d.set_item("start_monotonic_ns", summary.start_ns)?;
+        d.set_item("rows_issued", summary.rows_issued)?;
+        d.set_item("interrupted", summary.interrupted)?;
+        Ok(d)
+    }
+}
+
+impl Drop for Replayer {
+    fn drop(&mut self) {
+        // A Replayer dropped mid-run (an exception in Python) must not leave I/O running.
+        self.stop.store(true, Ordering::Relaxed);
+        self.input = None;
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[pymodule]
+fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Replayer>()?;
+    m.add("SPIN_NS", crate::clock::SPIN_NS)?;
+    Ok(())
+}

@@ -1,0 +1,133 @@
+//! The io_uring engine: one ring per run, the target as registered file 0, the read buffer
+//! and the write pool as registered buffers 0 and 1, so the kernel pins them once and each
+//! I/O carries only an index.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+use crate::backend::{Engine, Io, Wait, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE};
+use crate::clock::now_ns;
+use crate::data::Buffers;
+
+/// `BLOCK_URING_CMD_DISCARD` = `_IO(0x12, 0)` (linux/fs.h, Linux 6.12+): an asynchronous
+/// discard of [addr, addr + addr3) on a block device.
+const BLOCK_URING_CMD_DISCARD: u32 = 0x12 << 8;
+
+pub struct UringEngine {
+    ring: IoUring,
+    fixed_buffers: bool,
+    read_buf: usize,
+    is_block: bool,
+    staged: usize,
+}
+
+impl UringEngine {
+    /// `depth` bounds the I/Os in flight, so an SQ of that size never overflows and a CQ of
+    /// twice that never drops completions.
+    pub fn new(fd: RawFd, depth: usize, bufs: &Buffers, is_block: bool) -> io::Result<Self> {
+        let entries = (depth.max(8) as u32).next_power_of_two().min(32768);
+        let ring = IoUring::builder().setup_cqsize(2 * entries).build(entries)?;
+        ring.submitter().register_files(&[fd])?;
+        let iovecs = [
+            libc::iovec { iov_base: bufs.read.ptr().cast(), iov_len: bufs.read.len() },
+            libc::iovec { iov_base: bufs.pool.ptr().cast(), iov_len: bufs.pool.len() },
+        ];
+        // SAFETY: both buffers live in `Buffers`, which the run keeps alive (and unmoved: they
+        // are heap allocations) until after this ring is dropped.
+        let fixed_buffers = unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
+        Ok(Self { ring, fixed_buffers, read_buf: bufs.read.ptr() as usize, is_block, staged: 0 })
+    }
+
+    fn entry(&self, io: &Io) -> squeue::Entry {
+        let fd = types::Fixed(0);
+        let entry = match io.op {
+            OP_READ if self.fixed_buffers => {
+                opcode::ReadFixed::new(fd, io.buf, io.len, 0).offset(io.offset).build()
+            }
+            OP_READ => opcode::Read::new(fd, io.buf, io.len).offset(io.offset).build(),
+            OP_WRITE => {
+                let rw_flags = if io.fua { libc::RWF_DSYNC } else { 0 };
+                if self.fixed_buffers {
+                    let index = if io.buf as usize == self.read_buf { 0 } else { 1 };
+                    opcode::WriteFixed::new(fd, io.buf, io.len, index)
+                        .offset(io.offset)
+                        .rw_flags(rw_flags)
+                        .build()
+                } else {
+                    opcode::Write::new(fd, io.buf, io.len).offset(io.offset).rw_flags(rw_flags).build()
+                }
+            }
+            OP_FLUSH => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
+            OP_DISCARD if self.is_block => {
+                let mut cmd = [0u8; 16];
+                cmd[..8].copy_from_slice(&(io.len as u64).to_ne_bytes());
+                opcode::UringCmd16::new(fd, BLOCK_URING_CMD_DISCARD).addr(Some(io.offset)).cmd(cmd).build()
+            }
+            _ => opcode::Fallocate::new(fd, io.len as u64)
+                .offset(io.offset)
+                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                .build(),
+        };
+        entry.user_data(io.token)
+    }
+}
+
+impl Engine for UringEngine {
+    fn queue(&mut self, io: Io) {
+        let entry = self.entry(&io);
+        loop {
+            // SAFETY: the buffers the entry points at outlive the I/O (see `new`), and the
+            // entry is plain data built from a valid registered file index.
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                break;
+            }
+            // The core never stages more than the SQ holds; submit if it ever happens.
+            if let Err(e) = self.ring.submit() {
+                if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::EBUSY) {
+                    panic!("io_uring submit failed while the SQ was full: {e}");
+                }
+            }
+        }
+        self.staged += 1;
+    }
+
+    fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(u64, i64, i64)) -> io::Result<usize> {
+        let submitter = self.ring.submitter();
+        let result = match wait {
+            Wait::No if self.staged == 0 => Ok(0), // a CQ peek needs no syscall
+            Wait::No => submitter.submit(),
+            Wait::One => submitter.submit_and_wait(1),
+            Wait::Until(t) => {
+                let left = t - now_ns();
+                if left <= 0 {
+                    submitter.submit()
+                } else {
+                    let ts = types::Timespec::new()
+                        .sec((left / 1_000_000_000) as u64)
+                        .nsec((left % 1_000_000_000) as u32);
+                    submitter.submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
+                }
+            }
+        };
+        match result {
+            Ok(_) => self.staged = 0,
+            // ETIME: the wait timed out; EINTR: a signal; EBUSY: completions must be reaped
+            // first. The staged entries were consumed in the first two cases; in the third
+            // the next enter submits them.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR)) => {
+                self.staged = self.ring.submission().len()
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) => return Err(e),
+        }
+        let now = now_ns();
+        let mut n = 0;
+        for cqe in self.ring.completion() {
+            done(cqe.user_data(), cqe.result() as i64, now);
+            n += 1;
+        }
+        Ok(n)
+    }
+}
