@@ -1,0 +1,474 @@
+"""Reading and writing Parquet traces, validating every chunk as it is read or written.
+
+A trace is one Parquet file: the columns of `schema.TRACE_COLUMNS` (plus any of
+`schema.OPTIONAL_COLUMNS`) and one JSON object of metadata under the Parquet key-value
+key `schema.METADATA_KEY`. The same writer makes replay results files, which add columns.
+
+Metadata keys (all optional except `schema_version`, which the writer always sets):
+
+=================== ======== ===========================================================
+key                 type     meaning
+=================== ======== ===========================================================
+schema_version      int      version of this layout; readers refuse a newer one
+name                str      short name, the library name for bundled traces ("demo")
+description         str      what the workload is and how it was obtained, in sentences
+source              object   how it was made: ``kind`` ("capture:tracefs",
+                             "import:msr", "synth:demo"), ``command`` (the command
+                             line), ``tool_version``, and any producer-specific keys
+device_size         int      bytes of the traced device; offsets are below it
+logical_block_size  int      bytes; the traced device's logical block size
+host                str      machine the trace was captured on
+kernel              str      kernel release it was captured under (``uname -r``)
+start_wallclock     str      ISO 8601 wall-clock time of ts_ns == 0
+license             str      SPDX identifier the trace is distributed under
+provenance          str      where the data came from and what was done to it
+=================== ======== ===========================================================
+
+Results files add keys of their own at close (a run summary, ``interrupted: true``).
+Unknown keys are kept as they are.
+"""
+import json
+import os
+import secrets
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from replay.errors import TraceFormatError
+from traces import schema
+from traces.schema import Op
+
+DEFAULT_CHUNK_ROWS = 1 << 16
+# Largest row group the writer makes; bounds the memory a reader needs per row group.
+MAX_ROW_GROUP_ROWS = 1 << 20
+
+_REQUIRED_TYPES = {
+    name: (pa.from_numpy_dtype(dtype),) for name, dtype in schema.TRACE_COLUMNS.items()
+}
+_REQUIRED_TYPES["length"] = tuple(pa.from_numpy_dtype(d) for d in schema.LENGTH_DTYPES)
+_COLUMN_TYPES = {**_REQUIRED_TYPES, **{n: (t,) for n, t in schema.OPTIONAL_COLUMNS.items()}}
+
+# Lookup table: _VALID_OP[code] is True for every Op; indexing with a uint8 array is one pass.
+_VALID_OP = np.zeros(256, dtype=bool)
+_VALID_OP[[int(op) for op in Op]] = True
+_OP_NAMES = ", ".join(f"{op.name}={int(op)}" for op in Op)
+# A numpy scalar, not a Python int: minus a uint32 array it gives int64 (NEP 50).
+_INT64_MAX = np.int64(np.iinfo(np.int64).max)
+
+
+def open_trace(path) -> "TraceFile":
+    """Open a trace, reading only its footer: columns, types and metadata are checked here."""
+    path = Path(path)
+    if not path.is_file():
+        problem = "no such file" if not path.exists() else "not a regular file"
+        raise TraceFormatError(path, f"{problem}; give the path of a .parquet trace")
+    try:
+        parquet_metadata = pq.read_metadata(path)
+        arrow_schema = parquet_metadata.schema.to_arrow_schema()
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceFormatError(
+            path, f"not a readable Parquet file ({exc}); is it truncated or another format?"
+        ) from None
+    for name, types in _COLUMN_TYPES.items():
+        if name not in arrow_schema.names:
+            if name in _REQUIRED_TYPES:
+                raise TraceFormatError(
+                    path,
+                    "missing required column; a trace needs " + ", ".join(_REQUIRED_TYPES),
+                    column=name,
+                )
+            continue
+        found = arrow_schema.field(name).type
+        if found not in types:
+            expected = " or ".join(str(t) for t in types)
+            raise TraceFormatError(
+                path, f"column has type {found}, expected {expected}", column=name
+            )
+    metadata = _parse_metadata(path, (parquet_metadata.metadata or {}).get(schema.METADATA_KEY))
+    return TraceFile(path, parquet_metadata, arrow_schema, metadata)
+
+
+def _parse_metadata(path, raw: bytes | None) -> dict:
+    if raw is None:
+        return {}
+    key = schema.METADATA_KEY.decode()
+    try:
+        metadata = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceFormatError(path, f"metadata under '{key}' is not valid JSON ({exc})") from None
+    if not isinstance(metadata, dict):
+        raise TraceFormatError(
+            path, f"metadata under '{key}' is a JSON {type(metadata).__name__}, expected an object"
+        )
+    version = metadata.get("schema_version")
+    if type(version) is not int or version < 1:
+        raise TraceFormatError(
+            path, f"metadata schema_version is {version!r}, expected a positive integer"
+        )
+    if version > schema.SCHEMA_VERSION:
+        raise TraceFormatError(
+            path,
+            f"trace has schema_version {version} but this tracereplay reads versions up to "
+            f"{schema.SCHEMA_VERSION}; upgrade tracereplay to read it",
+        )
+    return metadata
+
+
+class TraceFile:
+    """An opened trace: footer facts up front, rows streamed and validated by `chunks`."""
+
+    def __init__(self, path, parquet_metadata, arrow_schema, metadata):
+        self.path = Path(path)
+        self.metadata = metadata
+        self.num_rows = parquet_metadata.num_rows
+        self.column_names = list(arrow_schema.names)
+        self._parquet_metadata = parquet_metadata
+        self._arrow_schema = arrow_schema
+
+    def __repr__(self):
+        return f"TraceFile({str(self.path)!r}, num_rows={self.num_rows})"
+
+    def has(self, column) -> bool:
+        return column in self.column_names
+
+    def chunks(self, columns=None, rows=None):
+        """Yield dicts of numpy arrays, in order, each validated before it is yielded.
+
+        Only the rules whose columns are read are checked (asking for offset and length
+        alone does not check op codes). `length` always comes back as int64.
+        """
+        names = list(self.column_names if columns is None else columns)
+        for name in names:
+            if not self.has(name):
+                raise TraceFormatError(
+                    self.path,
+                    "no such column; the trace has " + ", ".join(self.column_names),
+                    column=name,
+                )
+        rows = DEFAULT_CHUNK_ROWS if rows is None else int(rows)
+        if rows < 1:
+            raise ValueError(f"rows must be at least 1, not {rows}")
+        first_row, last_ts = 0, None
+        # Reopening with the footer already parsed costs no extra read and keeps no file
+        # open between calls.
+        with pq.ParquetFile(self.path, metadata=self._parquet_metadata) as parquet:
+            batches = parquet.iter_batches(batch_size=rows, columns=names)
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                except (pa.ArrowException, OSError) as exc:
+                    raise TraceFormatError(
+                        self.path, f"cannot read rows from {first_row} on ({exc})", row=first_row
+                    ) from None
+                chunk = _batch_to_numpy(self.path, batch, first_row)
+                _check_chunk(self.path, chunk, first_row, last_ts)
+                if len(batch) and "ts_ns" in chunk:
+                    last_ts = int(chunk["ts_ns"][-1])
+                first_row += len(batch)
+                yield chunk
+
+    def span(self) -> int:
+        """Exact max(offset + length) over the trace, in bytes: the device size it needs."""
+        span = 0
+        for chunk in self.chunks(["offset", "length"]):
+            if len(chunk["offset"]):
+                span = max(span, int((chunk["offset"] + chunk["length"]).max()))
+        return span
+
+    def max_length(self) -> int:
+        """Largest single I/O in bytes, 0 for an empty trace."""
+        longest = 0
+        for chunk in self.chunks(["length"]):
+            if len(chunk["length"]):
+                longest = max(longest, int(chunk["length"].max()))
+        return longest
+
+    def duration_ns(self) -> int:
+        """The last ts_ns (0 for an empty trace), from the last row group's statistics."""
+        md = self._parquet_metadata
+        groups = [i for i in range(md.num_row_groups) if md.row_group(i).num_rows]
+        if not groups:
+            return 0
+        last = md.row_group(groups[-1])
+        ts = next(
+            last.column(i) for i in range(last.num_columns)
+            if last.column(i).path_in_schema == "ts_ns"
+        )
+        stats = ts.statistics
+        if stats is not None and stats.has_min_max:
+            return int(stats.max)
+        with pq.ParquetFile(self.path, metadata=md) as parquet:
+            ts = parquet.read_row_group(groups[-1], columns=["ts_ns"]).column(0)
+        return int(ts[-1].as_py())
+
+
+def _batch_to_numpy(path, batch: pa.RecordBatch, first_row: int) -> dict[str, np.ndarray]:
+    chunk = {}
+    for name, column in zip(batch.schema.names, batch.columns):
+        # numpy has no integer null; strings (comm) may be null and become None.
+        if column.null_count and not pa.types.is_string(column.type):
+            nulls = column.is_null().to_numpy(zero_copy_only=False)
+            raise TraceFormatError(
+                path,
+                "null value; every row needs one",
+                column=name,
+                row=first_row + int(nulls.argmax()),
+            )
+        chunk[name] = _to_numpy(name, column)
+    return chunk
+
+
+def _to_numpy(name, column: pa.Array) -> np.ndarray:
+    values = column.to_numpy(zero_copy_only=False)
+    if name == "length":
+        values = values.astype(np.int64, copy=False)
+    return values
+
+
+def _check_chunk(path, chunk, first_row: int, last_ts: int | None) -> None:
+    """Raise for the first bad row of a chunk; every rule is one vectorised pass."""
+    found = []  # (row within chunk, column, problem); the smallest row is reported
+
+    def first(mask):
+        return int(mask.argmax()) if mask.any() else None
+
+    ts, op = chunk.get("ts_ns"), chunk.get("op")
+    offset, length = chunk.get("offset"), chunk.get("length")
+    if ts is not None and len(ts):
+        if (i := first(ts < 0)) is not None:
+            found.append((i, "ts_ns", f"negative ts_ns {ts[i]}"))
+        if last_ts is not None and ts[0] < last_ts:
+            found.append((0, "ts_ns", f"ts_ns decreases from {last_ts} to {ts[0]}"))
+        elif (i := first(ts[1:] < ts[:-1])) is not None:
+            found.append((i + 1, "ts_ns", f"ts_ns decreases from {ts[i]} to {ts[i + 1]}"))
+    valid_op = None
+    if op is not None:
+        valid_op = _VALID_OP[op]
+        if (i := first(~valid_op)) is not None:
+            found.append((i, "op", f"unknown op {op[i]}; expected one of {_OP_NAMES}"))
+    if offset is not None and (i := first(offset < 0)) is not None:
+        found.append((i, "offset", f"negative offset {offset[i]}"))
+    if length is not None and (i := first(length < 0)) is not None:
+        found.append((i, "length", f"negative length {length[i]}"))
+    if op is not None and length is not None:
+        empty = (length == 0) & (op != Op.FLUSH) & valid_op
+        if (i := first(empty)) is not None:
+            found.append(
+                (i, "length", f"{Op(op[i]).name.lower()} with length 0; only a flush may be empty")
+            )
+    if offset is not None and length is not None:
+        overflow = offset > _INT64_MAX - np.maximum(length, 0)
+        if (i := first(overflow)) is not None:
+            found.append(
+                (i, "offset", f"offset {offset[i]} + length {length[i]} overflows int64")
+            )
+    if found:
+        row, column, problem = min(found, key=lambda f: f[0])
+        raise TraceFormatError(path, problem, column=column, row=first_row + row)
+
+
+def read_trace(path) -> tuple[dict[str, np.ndarray], dict]:
+    """The whole trace in memory, validated; for small traces and tests."""
+    trace = open_trace(path)
+    parts = {name: [] for name in trace.column_names}
+    for chunk in trace.chunks():
+        for name, values in chunk.items():
+            parts[name].append(values)
+    columns = {}
+    for name, arrays in parts.items():
+        if arrays:
+            columns[name] = np.concatenate(arrays)
+        else:
+            empty = pa.array([], type=trace._arrow_schema.field(name).type)
+            columns[name] = _to_numpy(name, empty)
+    return columns, dict(trace.metadata)
+
+
+def _json_object(path, metadata, what) -> dict:
+    """A copy of `metadata` that is known to serialise to JSON (numpy scalars allowed)."""
+    if not isinstance(metadata, dict):
+        raise TraceFormatError(path, f"{what} must be a dict, not {type(metadata).__name__}")
+    try:
+        return json.loads(json.dumps(metadata, default=_json_default))
+    except (TypeError, ValueError) as exc:
+        raise TraceFormatError(path, f"{what} cannot be stored as JSON ({exc})") from None
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+class TraceWriter:
+    """Streaming Parquet writer for traces and results: one row group per `write`.
+
+    Rows go to `<path>.<random>.partial` in the same directory, which `close` renames over
+    `path` atomically, so `path` never holds a half-written file. As a context manager it
+    closes on success and aborts on an exception unless the caller closed it first (to
+    keep a partial result, call `close({"interrupted": True})` before re-raising).
+    """
+
+    def __init__(self, path, columns, metadata):
+        self.path = Path(path)
+        self._schema = pa.schema([pa.field(name, type_) for name, type_ in columns])
+        self._metadata = _json_object(self.path, metadata, "metadata")
+        self._metadata["schema_version"] = schema.SCHEMA_VERSION
+        self._tmp = self.path.with_name(f"{self.path.name}.{secrets.token_hex(4)}.partial")
+        # store_schema=False: Parquet's own logical types keep uint8/uint32, and without
+        # the serialised Arrow schema readers see the footer metadata written at close,
+        # not a stale copy taken at open.
+        try:
+            self._writer = pq.ParquetWriter(
+                self._tmp, self._schema, compression="zstd", store_schema=False
+            )
+        except BaseException:
+            self._tmp.unlink(missing_ok=True)
+            raise
+        self._open = True
+
+    @property
+    def tmp_path(self) -> Path:
+        return self._tmp
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self._open:
+            return
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def write(self, chunk: dict[str, np.ndarray]) -> None:
+        """Append `chunk` (every column of the schema, equal lengths) as a row group."""
+        self._check_open()
+        names = self._schema.names
+        missing = [n for n in names if n not in chunk]
+        extra = [n for n in chunk if n not in names]
+        if missing or extra:
+            raise TraceFormatError(
+                self.path,
+                f"chunk columns do not match the writer's: missing {missing}, unexpected {extra}",
+            )
+        sizes = {len(chunk[n]) for n in names}
+        if len(sizes) > 1:
+            raise TraceFormatError(self.path, f"chunk columns differ in length: {sorted(sizes)}")
+        arrays = []
+        for field in self._schema:
+            try:
+                arrays.append(pa.array(chunk[field.name], type=field.type))
+            except (pa.ArrowException, TypeError, ValueError) as exc:
+                raise TraceFormatError(
+                    self.path,
+                    f"values cannot be stored as {field.type} ({exc})",
+                    column=field.name,
+                ) from None
+        table = pa.Table.from_arrays(arrays, schema=self._schema)
+        if table.num_rows:
+            rows = min(table.num_rows, MAX_ROW_GROUP_ROWS)
+            self._writer.write_table(table, row_group_size=rows)
+
+    def close(self, extra_metadata: dict | None = None) -> Path:
+        """Merge `extra_metadata` into the JSON object, finish the file and move it into place."""
+        self._check_open()
+        try:
+            extra = _json_object(self.path, extra_metadata or {}, "extra metadata")
+            metadata = {**self._metadata, **extra}
+            metadata["schema_version"] = schema.SCHEMA_VERSION
+            self._writer.add_key_value_metadata(
+                {schema.METADATA_KEY: json.dumps(metadata, sort_keys=True).encode()}
+            )
+            self._writer.close()
+            self._open = False
+            with open(self._tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        return self.path
+
+    def abort(self) -> None:
+        """Discard everything written; `path` is left as it was."""
+        if self._open:
+            self._open = False
+            try:
+                self._writer.close()
+            except (pa.ArrowException, OSError):
+                pass
+        self._tmp.unlink(missing_ok=True)
+
+    def _check_open(self):
+        if not self._open:
+            raise ValueError(f"TraceWriter for {self.path} is already closed")
+
+
+def write_trace(path, columns: dict[str, np.ndarray], metadata: dict) -> Path:
+    """Validate `columns` by the reader's rules and write them as a trace at `path`."""
+    path = Path(path)
+    unknown = [n for n in columns if n not in _COLUMN_TYPES]
+    if unknown:
+        raise TraceFormatError(
+            path,
+            f"unknown column; a trace holds only {', '.join(_COLUMN_TYPES)}",
+            column=unknown[0],
+        )
+    for name in _REQUIRED_TYPES:
+        if name not in columns:
+            raise TraceFormatError(
+                path,
+                "missing required column; a trace needs " + ", ".join(_REQUIRED_TYPES),
+                column=name,
+            )
+    chunk = {name: _coerce(path, name, values) for name, values in columns.items()}
+    sizes = {name: len(values) for name, values in chunk.items()}
+    if len(set(sizes.values())) > 1:
+        raise TraceFormatError(path, f"columns differ in length: {sizes}")
+    _check_chunk(path, chunk, 0, None)
+    fields = [(name, _COLUMN_TYPES[name][0]) for name in _COLUMN_TYPES if name in chunk]
+    if chunk["length"].dtype == np.uint32:
+        fields = [(n, pa.uint32() if n == "length" else t) for n, t in fields]
+    with TraceWriter(path, fields, metadata) as writer:
+        for start in range(0, sizes["ts_ns"], MAX_ROW_GROUP_ROWS):
+            stop = start + MAX_ROW_GROUP_ROWS
+            writer.write({name: values[start:stop] for name, values in chunk.items()})
+    return path
+
+
+def _coerce(path, name, values) -> np.ndarray:
+    """`values` as a 1-D array of the column's dtype, refusing lossy conversions."""
+    values = np.asarray(values)
+    if values.ndim != 1:
+        raise TraceFormatError(path, f"column must be 1-D, not {values.ndim}-D", column=name)
+    arrow_type = _COLUMN_TYPES[name][0]
+    if pa.types.is_string(arrow_type):
+        if values.dtype.kind not in "UO":
+            raise TraceFormatError(
+                path, f"column has dtype {values.dtype}, expected strings", column=name
+            )
+        return values
+    if name == "length" and values.dtype in schema.LENGTH_DTYPES:
+        return values
+    dtype = np.dtype(arrow_type.to_pandas_dtype())
+    if values.dtype == dtype:
+        return values
+    # An empty list becomes a float64 array; there is nothing in it to lose.
+    if values.dtype.kind not in "iu" and not (values.size == 0 and values.dtype.kind == "f"):
+        raise TraceFormatError(
+            path, f"column has dtype {values.dtype}, expected {dtype}", column=name
+        )
+    limits = np.iinfo(dtype)
+    out_of_range = (values < limits.min) | (values > limits.max)
+    if out_of_range.any():
+        i = int(out_of_range.argmax())
+        raise TraceFormatError(
+            path, f"value {values[i]} does not fit in {dtype}", column=name, row=i
+        )
+    return values.astype(dtype)
