@@ -1,0 +1,113 @@
+"""Tests of the bundled trace library and of the synthetic demo trace in it."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replay.errors import ReplayError
+from synth.demo import oltp_like
+from traces import library, schema
+from traces.schema import Op
+from traces.trace import open_trace, read_trace
+
+KIB = 1024
+
+
+def wal_start(span):
+    """Where oltp_like's WAL begins: 90% of the span, rounded down to a page."""
+    return int(span * 0.9) // (8 * KIB) * (8 * KIB)
+
+
+def test_library_dir_is_the_traces_package():
+    assert library.library_dir() == Path(schema.__file__).resolve().parent
+
+
+def test_available_lists_the_demo():
+    names = library.available()
+    assert "demo" in names
+    assert names == sorted(names)
+    assert all(not name.endswith(".parquet") for name in names)
+
+
+@pytest.mark.parametrize("name", ["demo", "demo.parquet"])
+def test_resolve_a_name(name):
+    assert library.resolve(name) == library.library_dir() / "demo.parquet"
+
+
+def test_resolve_an_existing_path_as_is(tmp_path, monkeypatch):
+    path = tmp_path / "mine.parquet"
+    path.write_bytes(b"")
+    assert library.resolve(path) == path
+    assert library.resolve(str(path)) == path
+    monkeypatch.chdir(tmp_path)
+    # A bare name that is an existing file wins over the library.
+    assert library.resolve("mine.parquet") == Path("mine.parquet")
+
+
+def test_resolve_an_unknown_name_lists_the_library():
+    with pytest.raises(ReplayError, match="no-such-trace") as info:
+        library.resolve("no-such-trace")
+    assert "demo" in str(info.value)
+
+
+def test_resolve_a_missing_path(tmp_path):
+    with pytest.raises(ReplayError, match="no such trace file"):
+        library.resolve(tmp_path / "demo")
+
+
+def test_every_bundled_trace_validates_and_is_described():
+    for name in library.available():
+        trace = open_trace(library.resolve(name))
+        rows = sum(len(chunk["ts_ns"]) for chunk in trace.chunks())
+        assert rows == trace.num_rows > 0
+        assert trace.metadata["name"] == name
+        for key in ("description", "source", "device_size", "license"):
+            assert key in trace.metadata, (name, key)
+        assert trace.span() <= trace.metadata["device_size"]
+
+
+def test_demo_trace_looks_like_what_it_says():
+    columns, metadata = read_trace(library.resolve("demo"))
+    assert "SYNTHETIC" in metadata["description"] and "synth.demo" in metadata["description"]
+    assert metadata["source"]["kind"] == "synth:demo"
+    assert metadata["source"]["command"] == "python -m synth.demo"
+    assert metadata["logical_block_size"] == 512
+    op, offset, length = columns["op"], columns["offset"], columns["length"]
+    assert 15_000 < len(op) < 25_000
+    flush = op == Op.FLUSH
+    assert 0.10 < flush.mean() < 0.20
+    assert (length[flush] == 0).all() and (offset[flush] == 0).all()
+    assert (length[~flush] == 8 * KIB).mean() > 0.6
+    assert (length[~flush] % (8 * KIB) == 0).all() and length.max() <= 64 * KIB
+    data = ~flush & (offset < wal_start(metadata["device_size"]))
+    assert (length[data] == 8 * KIB).all()
+    assert 0.65 < (op[data] == Op.READ).sum() / data.sum() < 0.75
+    wal = ~flush & ~data
+    assert (op[wal] == Op.WRITE).all() and wal.mean() > 0.1
+
+
+def test_oltp_like_is_seeded_and_shaped():
+    a = oltp_like(duration_s=2.0, iops=1000.0, span=64 << 20, seed=7)
+    b = oltp_like(duration_s=2.0, iops=1000.0, span=64 << 20, seed=7)
+    c = oltp_like(duration_s=2.0, iops=1000.0, span=64 << 20, seed=8)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+    assert not np.array_equal(a["offset"], c["offset"])
+    assert 1700 < len(a["ts_ns"]) < 2300
+    assert (np.diff(a["ts_ns"]) >= 0).all() and a["ts_ns"][0] >= 0
+    assert (a["offset"] + a["length"]).max() <= 64 << 20
+    assert {name: v.dtype for name, v in a.items()} == {
+        "ts_ns": np.int64, "op": np.uint8, "offset": np.int64, "length": np.int64}
+
+
+def test_oltp_like_wal_is_sequential():
+    trace = oltp_like(duration_s=1.0, iops=2000.0, span=1 << 30, seed=3)
+    wal = (trace["op"] == Op.WRITE) & (trace["offset"] >= wal_start(1 << 30))
+    offset, length = trace["offset"][wal], trace["length"][wal]
+    # Without a wrap (1 s is far less than the log), each write starts where the last ended.
+    np.testing.assert_array_equal(offset[1:], offset[:-1] + length[:-1])
+
+
+def test_oltp_like_refuses_a_tiny_span():
+    with pytest.raises(ValueError, match="too small"):
+        oltp_like(span=64 * KIB)
