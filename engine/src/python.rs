@@ -46,13 +46,12 @@ pub struct Replayer {
     next_base: u64,
 }
 
-fn open_target(path: &str, writable: bool, direct: bool) -> io::Result<File> {
-    let mut opts = OpenOptions::new();
-    opts.read(true).write(writable);
-    if direct {
-        opts.custom_flags(libc::O_DIRECT);
-    }
-    opts.open(path)
+/// Block devices are opened O_EXCL: the kernel then refuses (EBUSY) one that is mounted or
+/// claimed, and keeps anyone from mounting it while the replay runs.
+fn open_target(path: &str, writable: bool, direct: bool, is_block: bool) -> io::Result<File> {
+    let direct = if direct { libc::O_DIRECT } else { 0 };
+    let exclusive = if is_block { libc::O_EXCL } else { 0 };
+    OpenOptions::new().read(true).write(writable).custom_flags(direct | exclusive).open(path)
 }
 
 #[pymethods]
@@ -89,7 +88,7 @@ impl Replayer {
         let file = match (engine, target) {
             ("null", _) => None,
             (_, Some(path)) => {
-                Some(open_target(path, writable, direct).map_err(|e| os_error(&format!("cannot open {path}"), e))?)
+                Some(open_target(path, writable, direct, is_block).map_err(|e| os_error(&format!("cannot open {path}"), e))?)
             }
             (_, None) => return Err(PyValueError::new_err(format!("the {engine} engine needs a target"))),
         };

@@ -1,0 +1,21 @@
+"""The `replay` command: registers the command groups; their bodies live in replay.commands."""
+import typer
+
+from replay.commands import run
+
+app = typer.Typer(
+    help="tracereplay: replay real block I/O traces against drives and files.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("run")(run.run)
+
+
+@app.callback()
+def _main():
+    """tracereplay: replay real block I/O traces against drives and files."""
+
+
+def main():
+    app()

@@ -1,0 +1,106 @@
+"""`replay run TRACE [TARGET]`: replay a trace on a drive or a file and summarise it."""
+import json
+import sys
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from replay.errors import ReplayError
+
+
+class Engine(str, Enum):
+    io_uring = "io_uring"
+    psync = "psync"
+    null = "null"
+
+
+class Remap(str, Enum):
+    fail = "fail"
+    wrap = "wrap"
+    scale = "scale"
+
+
+class _Progress:
+    """A progress bar on stderr for runs longer than a second, when stderr is a terminal."""
+
+    def __init__(self):
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done, total, elapsed):
+        if self.bar is None:
+            if elapsed < 1.0 or not sys.stderr.isatty():
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TextColumn("{task.fields[iops]}"),
+                                console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("replay", total=total, iops="")
+        self.bar.update(self.task, completed=done, iops=f"{done / max(elapsed, 1e-9):,.0f} IOPS")
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def run(
+    trace: Annotated[str, typer.Argument(help="Trace file, or the name of a trace in the bundled library (for example: demo).")],
+    target: Annotated[Optional[str], typer.Argument(help="Block device or regular file to replay on. Without it, a scratch file sized to the trace is made in the temporary directory and removed afterwards.")] = None,
+    speed: Annotated[float, typer.Option(help="Timing scale for original timing: 2 replays twice as fast, 0.5 at half speed.")] = 1.0,
+    afap: Annotated[bool, typer.Option("--afap", help="Ignore the trace's timing and issue as fast as possible with --qd I/Os in flight.")] = False,
+    qd: Annotated[int, typer.Option(help="I/Os in flight with --afap.")] = 32,
+    max_inflight: Annotated[int, typer.Option(help="With original timing, the most I/Os in flight; when the target falls behind, I/Os wait and their lateness is recorded.")] = 1024,
+    engine: Annotated[Engine, typer.Option(help="I/O engine. io_uring falls back to psync, with a notice, where io_uring is refused; null does no I/O (for testing the pipeline).")] = Engine.io_uring,
+    remap: Annotated[Remap, typer.Option(help="What to do when the trace spans more than the target holds: fail (refuse), wrap (offset modulo the size) or scale (proportionally).")] = Remap.fail,
+    read_only: Annotated[bool, typer.Option("--read-only", help="Replay only the reads; writes, flushes and discards are skipped and counted.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the trace, the target and the mapping, then stop without issuing any I/O.")] = False,
+    data: Annotated[str, typer.Option(help="What writes carry: random (incompressible), zeros, or compressible:PCT (PCT percent zeros).")] = "random",
+    destroy_data: Annotated[bool, typer.Option("--destroy-data", help="Write to a block device even though it looks in use (mounted, partitioned, holding a filesystem). Its data WILL be destroyed.")] = False,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results file (Parquet). Default: TRACE-TARGET-TIMESTAMP.parquet in the current directory.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON, with fio's key names, instead of a table.")] = False,
+):
+    """Replay TRACE on TARGET and record the intended, issue and completion time of every I/O.
+
+    Writing to a drive destroys its data. Example: replay run oltp /dev/sdc --speed 2
+    """
+    from replay.runner import RunOptions, replay
+
+    options = RunOptions(speed=speed, afap=afap, qd=qd, max_inflight=max_inflight,
+                         engine=engine.value, remap=remap.value, read_only=read_only,
+                         dry_run=dry_run, data=data, destroy_data=destroy_data)
+    progress = _Progress()
+    notices = []
+    started = time.monotonic()
+    try:
+        outcome = replay(trace, target, options, output=output, progress=progress, notices=notices)
+    except ReplayError as e:
+        progress.close()
+        for n in notices:
+            typer.echo(f"note: {n}", err=True)
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2)
+    finally:
+        progress.close()
+    for n in notices:
+        typer.echo(f"note: {n}", err=True)
+    if dry_run:
+        typer.echo(f"dry run: the trace and {outcome.target.path} check out; nothing was issued")
+        return
+    if json_out:
+        report = outcome.summary.to_dict()
+        report["tracereplay"].update(output=str(outcome.output), interrupted=outcome.interrupted,
+                                     notices=notices)
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        typer.echo(outcome.summary.format_table())
+        typer.echo(f"results: {outcome.output}")
+    if outcome.interrupted:
+        typer.echo(f"interrupted after {time.monotonic() - started:.1f} s: {outcome.rows} I/Os done "
+                   f"are saved in {outcome.output}, marked interrupted", err=True)
+        raise typer.Exit(130)

@@ -1,0 +1,247 @@
+"""Running a replay: the trace streams in by chunks, the native engine issues them, and the
+results stream out to a Parquet file and a summary. Python prepares, Rust runs.
+"""
+import errno
+import os
+import platform
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from analysis.summary import RunSummary
+from replay import __version__, remap
+from replay.errors import EngineUnavailable, ReplayError
+from replay.targets import Target, check_safe_to_write, inspect_target, scratch_target
+from traces import library, schema
+from traces.schema import Op
+from traces.trace import TraceWriter, open_trace
+
+ENGINES = ("io_uring", "psync", "null")
+
+# errnos with which a sandbox refuses io_uring (Docker's default seccomp profile: EPERM).
+_URING_REFUSED = (errno.EPERM, errno.ENOSYS, errno.EACCES)
+
+
+@dataclass
+class RunOptions:
+    """How to replay; the CLI's flags map one to one onto these fields."""
+
+    speed: float = 1.0
+    afap: bool = False
+    qd: int = 32
+    max_inflight: int = 1024
+    engine: str = "io_uring"
+    remap: str = "fail"
+    read_only: bool = False
+    dry_run: bool = False
+    data: str = "random"
+    destroy_data: bool = False
+    chunk_rows: int = 1 << 16
+
+
+@dataclass
+class RunOutcome:
+    """What a run produced. `output` is None for a dry run."""
+
+    output: Path | None
+    summary: RunSummary
+    interrupted: bool
+    target: Target
+    rows: int
+    notices: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Scan:
+    """What one pass over the trace learns before anything is issued."""
+
+    rows: int = 0
+    span: int = 0
+    max_length: int = 0
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(len(Op), dtype=np.int64))
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.counts[Op.WRITE] + self.counts[Op.DISCARD] + self.counts[Op.FLUSH])
+
+
+def _scan(trace) -> _Scan:
+    scan = _Scan()
+    for chunk in trace.chunks(columns=["op", "offset", "length"]):
+        if len(chunk["op"]):
+            scan.span = max(scan.span, int((chunk["offset"] + chunk["length"]).max()))
+            scan.max_length = max(scan.max_length, int(chunk["length"].max()))
+        scan.counts += np.bincount(chunk["op"], minlength=len(Op))[: len(Op)]
+        scan.rows += len(chunk["op"])
+    return scan
+
+
+def _null_target(size: int) -> Target:
+    return Target(path="(null engine)", kind="null", size=max(size, 512),
+                  logical_block_size=512, physical_block_size=512)
+
+
+def _start_engine(target: Target, options: RunOptions, writable: bool, max_length: int, notices):
+    """A running Replayer, falling back to psync where io_uring is refused and to buffered
+    I/O where the target refuses O_DIRECT (both said in a notice)."""
+    from replay import _engine
+
+    depth = options.qd if options.afap else options.max_inflight
+    engine, direct = options.engine, True
+    while True:
+        try:
+            return _engine.Replayer(
+                None if engine == "null" else target.path,
+                engine=engine, afap=options.afap, speed=options.speed, depth=depth,
+                writable=writable, direct=direct, is_block=target.kind == "block",
+                max_length=max_length, data=options.data,
+            ), engine, direct
+        except OSError as e:
+            if engine == "io_uring" and "io_uring" in str(e) and e.errno in _URING_REFUSED:
+                notices.append(f"io_uring is refused here ({errno.errorcode[e.errno]}); "
+                               "using the psync engine (a pool of pread/pwrite threads)")
+                engine = "psync"
+            elif direct and e.errno == errno.EINVAL and target.kind == "file":
+                notices.append(f"{target.path} does not support O_DIRECT; replaying with "
+                               "buffered I/O, so the page cache will serve some reads")
+                direct = False
+            elif e.errno == errno.EBUSY:
+                raise ReplayError(f"{target.path} is busy: it is mounted or claimed by another "
+                                  "user; unmount it or choose another target") from None
+            elif engine == "io_uring" and "io_uring" in str(e):
+                raise EngineUnavailable(e.errno, f"{e.strerror}; try --engine psync") from None
+            else:
+                raise ReplayError(f"{e.strerror or e}: cannot replay on {target.path}") from None
+
+
+def default_output(trace_name: str, target: Target) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(f"{trace_name}-{Path(target.path).name.strip('()').replace(' ', '-')}-{stamp}.parquet")
+
+
+def replay(trace, target=None, options: RunOptions | None = None, output=None,
+           progress=None, notices=None) -> RunOutcome:
+    """Replay `trace` (a path, or a name in the bundled library) on `target` (a block device
+    or a regular file; None for a scratch file sized to the trace).
+
+    `progress(rows_done, rows_total, elapsed_s)` is called as chunks finish. Ctrl-C
+    (KeyboardInterrupt) ends the run early: what was done is still written, marked
+    interrupted. Returns the outcome; raises ReplayError subclasses for setup problems.
+    """
+    options = options or RunOptions()
+    if options.engine not in ENGINES:
+        raise ReplayError(f"unknown engine {options.engine!r}: use one of {', '.join(ENGINES)}")
+    notices = [] if notices is None else notices
+    trace_path = library.resolve(str(trace))
+    tf = open_trace(trace_path)
+    scan = _scan(tf)
+    writes = scan.writes and not options.read_only
+    cleanup = None
+    if options.engine == "null" and target is None:
+        tgt = _null_target(scan.span)
+    elif target is None:
+        tgt, cleanup = scratch_target(scan.span, writes=writes)
+        notices.append(f"no target given: replaying on a scratch file of {remap.human_bytes(tgt.size)} "
+                       f"({tgt.path}), removed afterwards")
+    else:
+        tgt = inspect_target(str(target))
+    try:
+        if writes and tgt.kind == "block":
+            check_safe_to_write(tgt, options.destroy_data)
+        mapping = remap.plan_mapping(scan.span, scan.max_length, tgt.size, tgt.logical_block_size,
+                                     options.remap, target_path=tgt.path)
+        if options.read_only and scan.writes:
+            skipped = int(scan.rows - scan.counts[Op.READ])
+            notices.append(f"--read-only: skipping {skipped} writes, discards and flushes")
+        if options.dry_run:
+            return RunOutcome(None, RunSummary(), False, tgt, 0, notices)
+        output = Path(output) if output else default_output(trace_path.stem, tgt)
+        return _run(tf, tgt, mapping, scan, options, output, writes, progress, notices)
+    finally:
+        if cleanup:
+            cleanup()
+
+
+def _run(tf, tgt, mapping, scan, options, output, writes, progress, notices) -> RunOutcome:
+    buf_length = max(4096, -(-scan.max_length // 4096) * 4096 + 2 * tgt.logical_block_size)
+    rep, engine, direct = _start_engine(tgt, options, writes, buf_length, notices)
+    metadata = {
+        "name": tf.metadata.get("name", tf.path.stem),
+        "kind": "results",
+        "trace": {"path": str(tf.path), "rows": scan.rows, "metadata": tf.metadata},
+        "target": asdict(tgt),
+        "run": {
+            "engine": engine, "mode": "afap" if options.afap else "original",
+            "speed": options.speed, "qd": options.qd, "max_inflight": options.max_inflight,
+            "remap": mapping.mode, "read_only": options.read_only, "data": options.data,
+            "direct": direct, "started": datetime.now(timezone.utc).isoformat(),
+        },
+        "host": platform.node(), "kernel": platform.release(),
+        "versions": {"tracereplay": __version__, "pyarrow": pa.__version__, "numpy": np.__version__},
+    }
+    columns = [(name, schema.OPTIONAL_COLUMNS.get(name, pa.from_numpy_dtype(schema.TRACE_COLUMNS[name])
+                                                 if name in schema.TRACE_COLUMNS else None))
+               for name in tf.column_names]
+    columns = [(n, t) for n, t in columns if t is not None] + schema.RESULT_ARROW_FIELDS
+    keep = [n for n, _ in columns if n not in schema.RESULT_COLUMNS]
+    summary, pending = RunSummary(), deque()
+    aligned = done = 0
+    interrupted = False
+    started = time.monotonic()
+    writer = TraceWriter(output, columns, metadata)
+
+    def collect(block: bool) -> bool:
+        nonlocal done
+        got = rep.take(block)
+        if got is None:
+            return False
+        intended, issue, complete, result, issued = got
+        chunk = {name: col[:issued] for name, col in pending.popleft().items()}
+        chunk.update(intended_ns=intended[:issued], issue_ns=issue[:issued],
+                     complete_ns=complete[:issued], result=result[:issued])
+        if issued:
+            writer.write(chunk)
+            summary.add(chunk)
+        done += issued
+        if progress:
+            progress(done, scan.rows, time.monotonic() - started)
+        return True
+
+    try:
+        try:
+            for chunk in tf.chunks(columns=keep, rows=options.chunk_rows):
+                if options.read_only:
+                    reads = chunk["op"] == Op.READ
+                    chunk = {name: col[reads] for name, col in chunk.items()}
+                chunk["offset"], chunk["length"], n = remap.apply(
+                    mapping, chunk["offset"], chunk["length"], chunk["op"])
+                aligned += n
+                pending.append(chunk)
+                rep.push(chunk["ts_ns"], chunk["op"], chunk["offset"], chunk["length"],
+                         chunk.get("flags"))
+                while collect(block=False):
+                    pass
+            rep.close()
+            while collect(block=True):
+                pass
+        except KeyboardInterrupt:
+            interrupted = True
+            rep.stop()
+            while collect(block=True):
+                pass
+        stats = rep.join()
+    except BaseException:
+        writer.close({"interrupted": True, "summary": summary.to_dict()})
+        raise
+    interrupted = interrupted or stats["interrupted"]
+    if aligned:
+        notices.append(f"aligned {aligned} I/Os to the target's {tgt.logical_block_size}-byte blocks")
+    metadata_end = {"interrupted": interrupted, "rows_done": done, "aligned_ios": aligned,
+                    "summary": summary.to_dict()}
+    path = writer.close(metadata_end)
+    return RunOutcome(path, summary, interrupted, tgt, done, notices)
