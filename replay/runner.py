@@ -35,6 +35,7 @@ class RunOptions:
     afap: bool = False
     qd: int = 32
     max_inflight: int = 1024
+    workers: int = 1
     engine: str = "io_uring"
     remap: str = "fail"
     read_only: bool = False
@@ -86,22 +87,29 @@ def _null_target(size: int) -> Target:
                   logical_block_size=512, physical_block_size=512)
 
 
-def _start_engine(target: Target, options: RunOptions, writable: bool, max_length: int, notices):
-    """A running Replayer, falling back to psync where io_uring is refused and to buffered
-    I/O where the target refuses O_DIRECT (both said in a notice)."""
+def _start_engines(target: Target, options: RunOptions, writable: bool, max_length: int, notices):
+    """Running Replayers, one per worker, plus the engine and O_DIRECT setting they use.
+
+    The first one settles the engine: psync where io_uring is refused, buffered I/O where the
+    target refuses O_DIRECT (each said in a notice). Several workers share one start time.
+    """
     from replay import _engine
 
     depth = options.qd if options.afap else options.max_inflight
+    start_ns = time.monotonic_ns() + 100_000_000 if options.workers > 1 else None
     engine, direct = options.engine, True
-    while True:
+    reps = []
+    while len(reps) < options.workers:
         try:
-            return _engine.Replayer(
+            reps.append(_engine.Replayer(
                 None if engine == "null" else target.path,
                 engine=engine, afap=options.afap, speed=options.speed, depth=depth,
                 writable=writable, direct=direct, is_block=target.kind == "block",
-                max_length=max_length, data=options.data,
-            ), engine, direct
+                max_length=max_length, data=options.data, start_ns=start_ns,
+            ))
         except OSError as e:
+            if reps:
+                raise ReplayError(f"cannot start worker {len(reps) + 1}: {e}") from None
             if engine == "io_uring" and "io_uring" in str(e) and e.errno in _URING_REFUSED:
                 notices.append(f"io_uring is refused here ({errno.errorcode[e.errno]}); "
                                "using the psync engine (a pool of pread/pwrite threads)")
@@ -117,6 +125,7 @@ def _start_engine(target: Target, options: RunOptions, writable: bool, max_lengt
                 raise EngineUnavailable(e.errno, f"{e.strerror}; try --engine psync") from None
             else:
                 raise ReplayError(f"{e.strerror or e}: cannot replay on {target.path}") from None
+    return reps, engine, direct
 
 
 def default_output(trace_name: str, target: Target) -> Path:
@@ -169,7 +178,7 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
 
 def _run(tf, tgt, mapping, scan, options, output, writes, progress, notices) -> RunOutcome:
     buf_length = max(4096, -(-scan.max_length // 4096) * 4096 + 2 * tgt.logical_block_size)
-    rep, engine, direct = _start_engine(tgt, options, writes, buf_length, notices)
+    reps, engine, direct = _start_engines(tgt, options, writes, buf_length, notices)
     metadata = {
         "name": tf.metadata.get("name", tf.path.stem),
         "kind": "results",
@@ -178,40 +187,24 @@ def _run(tf, tgt, mapping, scan, options, output, writes, progress, notices) -> 
         "run": {
             "engine": engine, "mode": "afap" if options.afap else "original",
             "speed": options.speed, "qd": options.qd, "max_inflight": options.max_inflight,
-            "remap": mapping.mode, "read_only": options.read_only, "data": options.data,
-            "direct": direct, "started": datetime.now(timezone.utc).isoformat(),
+            "workers": options.workers, "remap": mapping.mode, "read_only": options.read_only,
+            "data": options.data, "direct": direct,
+            "started": datetime.now(timezone.utc).isoformat(),
         },
         "host": platform.node(), "kernel": platform.release(),
         "versions": {"tracereplay": __version__, "pyarrow": pa.__version__, "numpy": np.__version__},
     }
-    columns = [(name, schema.OPTIONAL_COLUMNS.get(name, pa.from_numpy_dtype(schema.TRACE_COLUMNS[name])
-                                                 if name in schema.TRACE_COLUMNS else None))
-               for name in tf.column_names]
-    columns = [(n, t) for n, t in columns if t is not None] + schema.RESULT_ARROW_FIELDS
-    keep = [n for n, _ in columns if n not in schema.RESULT_COLUMNS]
-    summary, pending = RunSummary(), deque()
-    aligned = done = 0
+    columns = [(name, schema.OPTIONAL_COLUMNS.get(name) or pa.from_numpy_dtype(schema.TRACE_COLUMNS[name]))
+               for name in tf.column_names
+               if name in schema.OPTIONAL_COLUMNS or name in schema.TRACE_COLUMNS]
+    keep = [name for name, _ in columns]
+    columns += schema.RESULT_ARROW_FIELDS
+    writer = TraceWriter(output, columns, metadata)
+    summary = RunSummary()
+    merger = _Merger(reps, writer, summary)
+    aligned = 0
     interrupted = False
     started = time.monotonic()
-    writer = TraceWriter(output, columns, metadata)
-
-    def collect(block: bool) -> bool:
-        nonlocal done
-        got = rep.take(block)
-        if got is None:
-            return False
-        intended, issue, complete, result, issued = got
-        chunk = {name: col[:issued] for name, col in pending.popleft().items()}
-        chunk.update(intended_ns=intended[:issued], issue_ns=issue[:issued],
-                     complete_ns=complete[:issued], result=result[:issued])
-        if issued:
-            writer.write(chunk)
-            summary.add(chunk)
-        done += issued
-        if progress:
-            progress(done, scan.rows, time.monotonic() - started)
-        return True
-
     try:
         try:
             for chunk in tf.chunks(columns=keep, rows=options.chunk_rows):
@@ -221,27 +214,85 @@ def _run(tf, tgt, mapping, scan, options, output, writes, progress, notices) -> 
                 chunk["offset"], chunk["length"], n = remap.apply(
                     mapping, chunk["offset"], chunk["length"], chunk["op"])
                 aligned += n
-                pending.append(chunk)
-                rep.push(chunk["ts_ns"], chunk["op"], chunk["offset"], chunk["length"],
-                         chunk.get("flags"))
-                while collect(block=False):
-                    pass
-            rep.close()
-            while collect(block=True):
-                pass
+                merger.push(chunk)
+                merger.collect(block=False)
+                if progress:
+                    progress(merger.done, scan.rows, time.monotonic() - started)
+            for rep in reps:
+                rep.close()
+            while merger.collect(block=True):
+                if progress:
+                    progress(merger.done, scan.rows, time.monotonic() - started)
         except KeyboardInterrupt:
             interrupted = True
-            rep.stop()
-            while collect(block=True):
+            for rep in reps:
+                rep.stop()
+            while merger.collect(block=True):
                 pass
-        stats = rep.join()
-    except BaseException:
-        writer.close({"interrupted": True, "summary": summary.to_dict()})
+        stats = [rep.join() for rep in reps]
+    except BaseException as e:
+        for rep in reps:
+            rep.stop()
+        path = writer.close({"interrupted": True, "rows_done": merger.done,
+                             "summary": summary.to_dict()})
+        if isinstance(e, OSError):
+            raise ReplayError(f"{e}; the {merger.done} I/Os done so far are in {path}") from None
         raise
-    interrupted = interrupted or stats["interrupted"]
+    interrupted = interrupted or any(s["interrupted"] for s in stats)
     if aligned:
         notices.append(f"aligned {aligned} I/Os to the target's {tgt.logical_block_size}-byte blocks")
-    metadata_end = {"interrupted": interrupted, "rows_done": done, "aligned_ios": aligned,
-                    "summary": summary.to_dict()}
-    path = writer.close(metadata_end)
-    return RunOutcome(path, summary, interrupted, tgt, done, notices)
+    path = writer.close({"interrupted": interrupted, "rows_done": merger.done,
+                         "aligned_ios": aligned, "summary": summary.to_dict()})
+    return RunOutcome(path, summary, interrupted, tgt, merger.done, notices)
+
+
+class _Merger:
+    """Deals each chunk's rows to the workers (row i to worker i % N), and puts their results
+    back together in trace order as they finish, writing rows that were issued."""
+
+    def __init__(self, reps, writer, summary):
+        self.reps, self.writer, self.summary = reps, writer, summary
+        self.pending = deque()  # chunks pushed, not yet written
+        self.results = [deque() for _ in reps]  # per worker, in push order
+        self.finished = set()  # workers whose run is over
+        self.done = 0
+
+    def push(self, chunk):
+        n = len(self.reps)
+        self.pending.append(chunk)
+        for w, rep in enumerate(self.reps):
+            part = {name: np.ascontiguousarray(chunk[name][w::n])
+                    for name in ("ts_ns", "op", "offset", "length")}
+            flags = np.ascontiguousarray(chunk["flags"][w::n]) if "flags" in chunk else None
+            rep.push(part["ts_ns"], part["op"], part["offset"], part["length"], flags)
+
+    def collect(self, block: bool) -> bool:
+        """Take what the workers have finished (with block, wait for each worker's next chunk
+        or its end) and write every complete chunk. False once nothing more can come."""
+        for w, rep in enumerate(self.reps):
+            while w not in self.finished and not (block and self.results[w]):
+                got = rep.take(block)
+                if got is None:
+                    if block:
+                        self.finished.add(w)
+                    break
+                self.results[w].append(got)
+        ready = lambda w: self.results[w] or w in self.finished  # noqa: E731
+        while self.pending and all(ready(w) for w in range(len(self.reps))):
+            self._write(self.pending.popleft(), [r.popleft() if r else None for r in self.results])
+        return bool(self.pending) and len(self.finished) < len(self.reps)
+
+    def _write(self, chunk, parts):
+        n_rows, n = len(chunk["op"]), len(self.reps)
+        timing = {name: np.full(n_rows, -1, dtype=np.int64)
+                  for name in ("intended_ns", "issue_ns", "complete_ns", "result")}
+        for w, part in enumerate(parts):
+            if part is not None:
+                for name, values in zip(timing, part[:4]):
+                    timing[name][w::n] = values
+        issued = timing["issue_ns"] >= 0
+        out = {name: col[issued] for name, col in {**chunk, **timing}.items()}
+        if len(out["op"]):
+            self.writer.write(out)
+            self.summary.add(out)
+        self.done += len(out["op"])

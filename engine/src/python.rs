@@ -57,11 +57,12 @@ fn open_target(path: &str, writable: bool, direct: bool, is_block: bool) -> io::
 #[pymethods]
 impl Replayer {
     /// engine: "io_uring", "psync" or "null"; depth: the most I/Os in flight (--qd in afap,
-    /// --max-inflight in original mode); max_length: the largest I/O in the trace, in bytes.
+    /// --max-inflight in original mode); max_length: the largest I/O in the trace, in bytes;
+    /// start_ns: the run's start on the monotonic clock, for runs that must share one.
     #[new]
     #[pyo3(signature = (target=None, *, engine="io_uring", afap=false, speed=1.0, depth=256,
                         writable=false, direct=true, is_block=false, max_length=1<<20,
-                        data="random", queue_chunks=4))]
+                        data="random", queue_chunks=4, start_ns=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         target: Option<&str>,
@@ -75,6 +76,7 @@ impl Replayer {
         max_length: usize,
         data: &str,
         queue_chunks: usize,
+        start_ns: Option<i64>,
     ) -> PyResult<Self> {
         if !(speed.is_finite() && speed > 0.0) {
             return Err(PyValueError::new_err(format!("speed must be a positive number, not {speed}")));
@@ -109,7 +111,7 @@ impl Replayer {
                 crate::clock::block_termination_signals();
                 crate::clock::set_precise_timer_slack();
                 let mut eng = eng;
-                let summary = run(eng.as_mut(), &bufs, mode, depth, in_rx, out_tx, &stop_flag);
+                let summary = run(eng.as_mut(), &bufs, mode, depth, start_ns, in_rx, out_tx, &stop_flag);
                 // Order matters: the engine (its ring, its threads) goes before the buffers
                 // it points into and the file it uses.
                 drop(eng);

@@ -83,12 +83,15 @@ pub struct Summary {
 
 /// Run until the input closes and everything issued has completed, or until `stop` is set
 /// (then in-flight I/Os are reaped and the unissued rest is returned marked). Times in the
-/// results are relative to the start, taken when the first chunk arrives.
+/// results are relative to the start: `start_ns` on the monotonic clock when given (several
+/// runs in parallel share one start), else when the first chunk arrives.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     engine: &mut dyn Engine,
     bufs: &Buffers,
     mode: Mode,
     depth: usize,
+    start_ns: Option<i64>,
     input: Receiver<Chunk>,
     output: Sender<ChunkResult>,
     stop: &AtomicBool,
@@ -109,7 +112,13 @@ pub fn run(
         return Ok(Summary { start_ns: now_ns(), rows_issued: 0, interrupted: stop.load(Ordering::Relaxed) });
     };
     active.push_back(Active::new(first));
-    let t0 = now_ns();
+    let t0 = start_ns.unwrap_or_else(now_ns);
+    while now_ns() < t0 - SPIN_NS {
+        std::thread::sleep(Duration::from_nanos((t0 - SPIN_NS - now_ns()).clamp(0, MAX_BLOCK_NS) as u64));
+    }
+    while now_ns() < t0 {
+        std::hint::spin_loop();
+    }
     let mut inflight = 0usize;
     let mut rows_issued = 0u64;
     let mut stopping = false;
@@ -236,7 +245,7 @@ mod tests {
         drop(tx);
         let (otx, orx) = channel();
         let stop = AtomicBool::new(false);
-        let summary = run(&mut NullEngine::new(depth), &bufs, mode, depth, rx, otx, &stop).unwrap();
+        let summary = run(&mut NullEngine::new(depth), &bufs, mode, depth, None, rx, otx, &stop).unwrap();
         (orx.into_iter().collect(), summary)
     }
 
@@ -268,6 +277,20 @@ mod tests {
     }
 
     #[test]
+    fn a_given_start_is_waited_for_and_shared() {
+        let bufs = Buffers::new(4096, DataPattern::Zeros);
+        let (tx, rx) = sync_channel(1);
+        tx.send(chunk(0, vec![0, 1000])).unwrap();
+        drop(tx);
+        let (otx, orx) = channel();
+        let start = now_ns() + 20_000_000;
+        let summary = run(&mut NullEngine::new(4), &bufs, Mode::Afap, 4, Some(start), rx, otx, &AtomicBool::new(false)).unwrap();
+        assert_eq!(summary.start_ns, start);
+        let out: Vec<_> = orx.into_iter().collect();
+        assert!(out[0].issue_ns.iter().all(|&t| t >= 0), "issued before the shared start");
+    }
+
+    #[test]
     fn afap_ignores_timestamps() {
         let ts: Vec<i64> = (0..1000).map(|i| i * 1_000_000_000).collect(); // 1000 s of trace
         let start = now_ns();
@@ -286,7 +309,7 @@ mod tests {
         let (otx, orx) = channel();
         let stop = AtomicBool::new(false);
         let summary = std::thread::scope(|s| {
-            let h = s.spawn(|| run(&mut NullEngine::new(4), &bufs, Mode::Original { speed: 1.0 }, 4, rx, otx, &stop));
+            let h = s.spawn(|| run(&mut NullEngine::new(4), &bufs, Mode::Original { speed: 1.0 }, 4, None, rx, otx, &stop));
             std::thread::sleep(Duration::from_millis(100));
             stop.store(true, Ordering::Relaxed);
             h.join().unwrap().unwrap()
@@ -322,7 +345,7 @@ mod tests {
         drop(tx);
         let (otx, _orx) = channel();
         let mut e = Counting { inner: NullEngine::new(8), staged: 0, max: 0 };
-        run(&mut e, &bufs, Mode::Afap, 8, rx, otx, &AtomicBool::new(false)).unwrap();
+        run(&mut e, &bufs, Mode::Afap, 8, None, rx, otx, &AtomicBool::new(false)).unwrap();
         assert_eq!(e.max, 8);
     }
 }
