@@ -72,8 +72,9 @@ class _Scan:
 
 
 def _scan(trace) -> _Scan:
+    """Validates every required column too, so a bad row is found before any I/O is issued."""
     scan = _Scan()
-    for chunk in trace.chunks(columns=["op", "offset", "length"]):
+    for chunk in trace.chunks(columns=list(schema.TRACE_COLUMNS)):
         if len(chunk["op"]):
             scan.span = max(scan.span, int((chunk["offset"] + chunk["length"]).max()))
             scan.max_length = max(scan.max_length, int(chunk["length"].max()))
