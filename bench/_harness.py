@@ -1,0 +1,183 @@
+"""Shared pieces of the benchmarks: running one replay in a fresh subprocess (so its CPU time
+and peak RSS are its own), running fio with its rusage, writing traces, printing tables.
+
+`python bench/_harness.py worker ...` is the subprocess side: it calls the library's
+`replay(...)` and prints one JSON line of what it measured.
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+# ---- the replay subprocess ------------------------------------------------------------------
+
+def _threads_cpu_ns() -> dict[int, int]:
+    """CPU ns so far of each live thread of this process (schedstat: ns, the same sum the
+    process CPU clock adds up)."""
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _worker(argv):
+    p = argparse.ArgumentParser()
+    p.add_argument("--trace", required=True)
+    p.add_argument("--target")
+    p.add_argument("--output", required=True)
+    p.add_argument("--engine", default="io_uring")
+    p.add_argument("--afap", action="store_true")
+    p.add_argument("--qd", type=int, default=32)
+    p.add_argument("--speed", type=float, default=1.0)
+    p.add_argument("--max-inflight", type=int, default=1024)
+    a = p.parse_args(argv)
+
+    from replay.runner import RunOptions, replay  # imports (numba, pyarrow) stay out of the window
+
+    opts = RunOptions(afap=a.afap, qd=a.qd, speed=a.speed, engine=a.engine,
+                      max_inflight=a.max_inflight, destroy_data=True)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # The engine thread has exited by the time replay() returns, and an exited thread's CPU
+    # stays in the process clock: engine CPU = process CPU delta - live threads' deltas.
+    threads0, cpu0 = _threads_cpu_ns(), time.process_time_ns()
+    t0, w0 = os.times(), time.perf_counter()
+    out = replay(a.trace, a.target, opts, output=a.output)
+    t1, w1 = os.times(), time.perf_counter()
+    cpu1, threads1 = time.process_time_ns(), _threads_cpu_ns()
+    live_ns = sum(ns - threads0.get(tid, 0) for tid, ns in threads1.items())
+    s = out.summary
+    print(json.dumps({
+        "ios": out.rows,
+        "iops": s.iops(),
+        "duration_s": s.duration_ns / 1e9,
+        "wall_s": w1 - w0,
+        "process_cpu_s": (cpu1 - cpu0) / 1e9,
+        "process_user_s": t1.user - t0.user,
+        "process_sys_s": t1.system - t0.system,
+        "engine_cpu_s": (cpu1 - cpu0 - live_ns) / 1e9,
+        "maxrss_before_kib": rss_before,
+        "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "errors": s.total().errors,
+        "notices": out.notices,
+        "output": str(out.output),
+    }))
+
+
+def run_ours(trace, target, output, *, engine="io_uring", afap=True, qd=32, speed=1.0,
+             max_inflight=1024, keep_output=False) -> dict:
+    """One replay in a fresh Python process; returns the worker's JSON plus `child_cpu_s`
+    (rusage of the whole child, interpreter start and imports included)."""
+    cmd = [sys.executable, str(HERE / "_harness.py"), "worker", "--trace", str(trace),
+           "--output", str(output), "--engine", engine, "--qd", str(qd), "--speed", str(speed),
+           "--max-inflight", str(max_inflight)]
+    if target:
+        cmd += ["--target", str(target)]
+    if afap:
+        cmd.append("--afap")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        raise RuntimeError(f"replay worker failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res["child_cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if not keep_output:
+        Path(output).unlink(missing_ok=True)
+    return res
+
+
+# ---- fio ----------------------------------------------------------------------------------
+
+def run_fio(args: list[str]) -> dict:
+    """Run fio with --output-format=json; returns its first job plus `child_cpu_s` (rusage of
+    fio and its job process) and `job_cpu_s` (the job's usr_cpu + sys_cpu % x its runtime)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    w0 = time.perf_counter()
+    proc = subprocess.run(["fio", *args, "--output-format=json"], capture_output=True, text=True)
+    wall = time.perf_counter() - w0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        raise RuntimeError(f"fio failed ({proc.returncode}): {' '.join(args)}\n{proc.stderr[-3000:]}")
+    text = proc.stdout[proc.stdout.index("{"):]  # fio may print notes before the JSON
+    job = json.loads(text)["jobs"][0]
+    runtime_s = job["job_runtime"] / 1e3
+    job["child_cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    job["job_cpu_s"] = (job["usr_cpu"] + job["sys_cpu"]) / 100 * runtime_s
+    job["ios"] = sum(job[d]["total_ios"] for d in ("read", "write", "trim"))
+    job["iops"] = sum(job[d]["iops"] for d in ("read", "write", "trim"))
+    job["wall_s"] = wall
+    return job
+
+
+# ---- traces -------------------------------------------------------------------------------
+
+def random_trace(path, n, span, *, read_share=1.0, ts_ns=None, seed=1, bs=4096):
+    """A trace of `n` `bs`-byte I/Os at uniformly random `bs`-aligned offsets below `span`;
+    reads with probability `read_share`, else writes. `ts_ns` defaults to 0, 1, 2, ..."""
+    from traces.schema import Op
+    from traces.trace import write_trace
+
+    rng = np.random.default_rng(seed)
+    offset = rng.integers(0, span // bs, n, dtype=np.int64) * bs
+    op = np.where(rng.random(n) < read_share, Op.READ, Op.WRITE).astype(np.uint8)
+    ts = np.arange(n, dtype=np.int64) if ts_ns is None else ts_ns
+    write_trace(path, {"ts_ns": ts, "op": op, "offset": offset,
+                       "length": np.full(n, bs, dtype=np.int64)},
+                {"name": Path(path).stem, "description": "benchmark trace"})
+    return path
+
+
+# ---- output -------------------------------------------------------------------------------
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small sizes, finishes in about a minute")
+    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
+    return p
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    cells = [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in cells)])
+
+
+def _fmt(x):
+    if isinstance(x, float):
+        if x != x:
+            return "-"
+        if abs(x) >= 1000:
+            return f"{x:,.0f}"
+        if abs(x) >= 10:
+            return f"{x:.1f}"
+        return f"{x:.3f}" if abs(x) < 1 else f"{x:.2f}"
+    return str(x)
+
+
+def write_json(path, data):
+    if path:
+        Path(path).write_text(json.dumps(data, indent=2, default=float) + "\n")
+        print(f"figures written to {path}")
+
+
+def machine() -> dict:
+    return {"nproc": os.cpu_count(), "kernel": os.uname().release,
+            "fio": subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
+    _worker(sys.argv[2:])
