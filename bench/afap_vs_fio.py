@@ -9,8 +9,9 @@ process. fio: --ioengine=io_uring --direct=1 --bs=4k --rw=randread|randrw --rwmi
 How to read it: each row is one (target, workload, QD); runs alternate ours/fio, and the
 ratio columns are medians of the per-repetition ratios (ours / fio), so machine noise common
 to a pair cancels. IOPS ratio > 1 means we are faster. CPU/IO is microseconds of CPU per I/O:
-"eng" is our engine thread alone vs fio's job (usr_cpu + sys_cpu x runtime), the closest
-like-for-like; "proc" is our whole replay() call (Parquet scan and read, results file and
+"eng" is our engine thread alone vs fio's job thread (fio's usr_cpu + sys_cpu x runtime,
+which fio takes with RUSAGE_THREAD, so neither includes io_uring's io-wq worker threads, which
+serve every I/O on zram and on loop devices here); "proc" is our whole replay() call (Parquet scan and read, results file and
 summary written, on other threads) vs fio's whole process tree (rusage). A CPU ratio < 1
 means we use less. Our IOPS window is the engine's: first intended/issue time to the last
 completion (the trace scan before the first I/O and the results file close after are outside
