@@ -88,20 +88,6 @@ def digest(path) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def released(device, timeout=5.0):
-    """Wait until nothing holds `device` exclusively (see the xfail test below: an io_uring
-    run's claim outlives the run by some milliseconds), so the next run on it can start."""
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            os.close(os.open(device, os.O_RDONLY | os.O_EXCL))
-            return device
-        except OSError as e:
-            if e.errno != errno.EBUSY or time.monotonic() > end:
-                raise
-            time.sleep(0.005)
-
-
 def results(outcome):
     """(columns, metadata) of a run's results file, after the checks every run must pass."""
     cols, meta = read_trace(outcome.output)
@@ -189,13 +175,9 @@ def _write_then_read(tmp_path, target, engine="io_uring", data="random"):
     writes = replay(make_trace(tmp_path / "w.parquet", WRITES), target, options,
                     output=tmp_path / f"w-{engine}.parquet")
     wcols, wmeta = results(writes)
-    if target.startswith("/dev/"):
-        released(target)
     reads = replay(make_trace(tmp_path / "r.parquet", READS), target, options,
                    output=tmp_path / f"r-{engine}.parquet")
     rcols, _ = results(reads)
-    if target.startswith("/dev/"):
-        released(target)
     return wcols, rcols, wmeta
 
 
@@ -310,7 +292,6 @@ def test_psync_gives_the_same_results_as_io_uring_on_a_loop_device(tmp_path, loo
     device = loop_device(4 * MIB)
     got = {}
     for engine in ("io_uring", "psync"):
-        released(device)
         cols, meta = results(replay(trace, device, RunOptions(engine=engine),
                                     output=tmp_path / f"{engine}.parquet"))
         assert meta["run"]["engine"] == engine
@@ -322,18 +303,12 @@ def test_psync_gives_the_same_results_as_io_uring_on_a_loop_device(tmp_path, loo
 
 
 @marks(uring, on_loop)
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: an io_uring run on a block device keeps the device's O_EXCL claim for "
-    "~10-30 ms after replay() returns (registered file 0 is released by the kernel's "
-    "deferred ring teardown), so a second `replay run` on the same device right after "
-    "fails with 'is busy: it is mounted or claimed', and check_safe_to_write refuses a "
-    "writing run with 'it is in use'; fix in engine/src/uring.rs (unregister the files "
-    "before the ring is dropped)"))
 def test_a_block_device_is_released_when_the_run_returns(tmp_path, loop_device):
     device = loop_device(4 * MIB)
     trace = make_trace(tmp_path / "r.parquet", [(0, R, 0, 4096)])
-    for attempt in range(3):  # the claim outlives ~29 runs in 30; three make it certain
-        released(device)
+    # Dropping a ring frees it in a kernel worker; before the engine unregistered its
+    # files first, the claim outlived ~29 runs in 30 by 10-30 ms. Three runs make it certain.
+    for attempt in range(3):
         replay(trace, device, RunOptions(engine="io_uring"), output=tmp_path / "out.parquet")
         os.close(os.open(device, os.O_RDONLY | os.O_EXCL))  # EBUSY while still claimed
 
@@ -415,7 +390,6 @@ def test_a_filesystem_is_refused_for_writes_but_not_read_only_or_destroy_data(tm
     assert "--read-only: skipping 1 writes, discards and flushes" in notices
     assert digest(device) == before
 
-    released(device)
     cols, _ = results(replay(trace, device, RunOptions(destroy_data=True),
                              output=tmp_path / "dd.parquet"))
     np.testing.assert_array_equal(cols["result"], [4096, 4096, 8192])

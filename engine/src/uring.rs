@@ -131,3 +131,15 @@ impl Engine for UringEngine {
         Ok(n)
     }
 }
+
+impl Drop for UringEngine {
+    fn drop(&mut self) {
+        // Dropping a ring frees it in a kernel worker, which releases the registered file
+        // 10-30 ms later; until then a block device stays claimed (O_EXCL), and the next run
+        // on it would be refused as busy. Unregistering releases it now.
+        let _ = self.ring.submitter().unregister_files();
+        if self.fixed_buffers {
+            let _ = self.ring.submitter().unregister_buffers();
+        }
+    }
+}
