@@ -157,20 +157,6 @@ def scratch_target(
     return inspect_target(path), lambda: shutil.rmtree(workdir, ignore_errors=True)
 
 
-def open_flags(target: Target, *, writes: bool, direct: bool = True) -> int:
-    """os.open flags for replaying on `target`.
-
-    Block devices are opened O_EXCL, so the kernel refuses (EBUSY) while the device is
-    mounted or claimed, and keeps others from mounting it during the replay.
-    """
-    flags = (os.O_RDWR if writes else os.O_RDONLY) | os.O_CLOEXEC
-    if direct:
-        flags |= os.O_DIRECT
-    if target.kind == "block":
-        flags |= os.O_EXCL
-    return flags
-
-
 # Fallback signatures when blkid is missing: (offset, magic, what). Swap is checked at
 # the 4 KiB page size, the only one on x86-64 and the usual one on arm64.
 _MAGIC = (
