@@ -57,6 +57,7 @@ def _worker(argv):
     p.add_argument("--qd", type=int, default=32)
     p.add_argument("--speed", type=float, default=1.0)
     p.add_argument("--max-inflight", type=int, default=1024)
+    p.add_argument("--no-sampler", action="store_true", help="no 5 ms thread sampler (timing runs)")
     a = p.parse_args(argv)
 
     from replay.runner import RunOptions, replay  # imports (numba, pyarrow) stay out of the window
@@ -68,14 +69,16 @@ def _worker(argv):
     # stays in the process clock: engine CPU = process CPU delta - live threads' deltas.
     # The engine thread is sampled (it is gone by then); io-wq workers are the dead rest.
     sampler = _Sampler()
-    sampler.start()
+    if not a.no_sampler:
+        sampler.start()
     threads0, cpu0 = _threads_cpu_ns(), time.process_time_ns()
     t0, w0 = os.times(), time.perf_counter()
     out = replay(a.trace, a.target, opts, output=a.output)
     t1, w1 = os.times(), time.perf_counter()
     cpu1, threads1 = time.process_time_ns(), _threads_cpu_ns()
-    sampler.done.set()
-    sampler.join()
+    if not a.no_sampler:
+        sampler.done.set()
+        sampler.join()
     live_ns = sum(ns - threads0.get(tid, 0) for tid, ns in threads1.items())
     engine_ns = sum(ns for tid, (comm, ns) in sampler.last.items()
                     if comm == "replay-engine" and tid not in threads1)
@@ -99,9 +102,10 @@ def _worker(argv):
 
 
 def run_ours(trace, target, output, *, engine="io_uring", afap=True, qd=32, speed=1.0,
-             max_inflight=1024, keep_output=False) -> dict:
+             max_inflight=1024, keep_output=False, sampler=True) -> dict:
     """One replay in a fresh Python process; returns the worker's JSON plus `child_cpu_s`
-    (rusage of the whole child, interpreter start and imports included)."""
+    (rusage of the whole child, interpreter start and imports included). Without `sampler`,
+    `engine_cpu_s` is 0 (the sampler's 5 ms wake-ups would perturb timing runs)."""
     cmd = [sys.executable, str(HERE / "_harness.py"), "worker", "--trace", str(trace),
            "--output", str(output), "--engine", engine, "--qd", str(qd), "--speed", str(speed),
            "--max-inflight", str(max_inflight)]
@@ -109,6 +113,8 @@ def run_ours(trace, target, output, *, engine="io_uring", afap=True, qd=32, spee
         cmd += ["--target", str(target)]
     if afap:
         cmd.append("--afap")
+    if not sampler:
+        cmd.append("--no-sampler")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
