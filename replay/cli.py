@@ -1,5 +1,11 @@
 """The `replay` command: registers the command groups; their bodies live in replay.commands."""
-import typer
+import os
+
+# Before numpy loads: OpenBLAS's idle worker threads spin on the cores the engine and the
+# kernel's I/O workers need, and nothing here does linear algebra.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import typer  # noqa: E402
 
 from replay.commands import run
 

@@ -2,6 +2,7 @@
 results stream out to a Parquet file and a summary. Python prepares, Rust runs.
 """
 import errno
+import gc
 import os
 import platform
 import time
@@ -200,12 +201,14 @@ def _run(tf, tgt, mapping, scan, options, output, writes, progress, notices) -> 
                if name in schema.OPTIONAL_COLUMNS or name in schema.TRACE_COLUMNS]
     keep = [name for name, _ in columns]
     columns += schema.RESULT_ARROW_FIELDS
-    writer = TraceWriter(output, columns, metadata)
+    # lz4: half zstd's CPU time per row (0.12 vs 0.24 us), which the engine's host shares.
+    writer = TraceWriter(output, columns, metadata, compression="lz4")
     summary = RunSummary()
     merger = _Merger(reps, writer, summary)
     aligned = 0
     interrupted = False
     started = time.monotonic()
+    gc.disable()  # the run allocates few objects; collector passes only steal the engine's CPU
     try:
         try:
             for chunk in tf.chunks(columns=keep, rows=options.chunk_rows):
@@ -239,6 +242,8 @@ def _run(tf, tgt, mapping, scan, options, output, writes, progress, notices) -> 
         if isinstance(e, OSError):
             raise ReplayError(f"{e}; the {merger.done} I/Os done so far are in {path}") from None
         raise
+    finally:
+        gc.enable()
     interrupted = interrupted or any(s["interrupted"] for s in stats)
     if aligned:
         notices.append(f"aligned {aligned} I/Os to the target's {tgt.logical_block_size}-byte blocks")

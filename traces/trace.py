@@ -154,7 +154,15 @@ class TraceFile:
         # Reopening with the footer already parsed costs no extra read and keeps no file
         # open between calls.
         with pq.ParquetFile(self.path, metadata=self._parquet_metadata) as parquet:
-            batches = parquet.iter_batches(batch_size=rows, columns=names)
+            # One reader per row group: a single reader over the whole file grows by ~3
+            # bytes per row read (122 MB over 30M rows, measured), per-group readers stay flat.
+            batches = (
+                batch
+                for group in range(parquet.num_row_groups)
+                for batch in parquet.iter_batches(
+                    batch_size=rows, row_groups=[group], columns=names, use_threads=False
+                )
+            )
             while True:
                 try:
                     batch = next(batches)
@@ -313,7 +321,7 @@ class TraceWriter:
     keep a partial result, call `close({"interrupted": True})` before re-raising).
     """
 
-    def __init__(self, path, columns, metadata):
+    def __init__(self, path, columns, metadata, compression="zstd"):
         self.path = Path(path)
         self._schema = pa.schema([pa.field(name, type_) for name, type_ in columns])
         self._metadata = _json_object(self.path, metadata, "metadata")
@@ -323,8 +331,11 @@ class TraceWriter:
         # the serialised Arrow schema readers see the footer metadata written at close,
         # not a stale copy taken at open.
         try:
+            # Dictionary encoding only pays for `comm`: on nanosecond and offset columns it
+            # cost more than half of a replay's Python time (12 of 20 s over 30M rows).
             self._writer = pq.ParquetWriter(
-                self._tmp, self._schema, compression="zstd", store_schema=False
+                self._tmp, self._schema, compression=compression, store_schema=False,
+                use_dictionary=[n for n in self._schema.names if n == "comm"] or False,
             )
         except BaseException:
             self._tmp.unlink(missing_ok=True)
