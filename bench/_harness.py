@@ -116,7 +116,9 @@ def run_ours(trace, target, output, *, engine="io_uring", afap=True, qd=32, spee
     if not sampler:
         cmd.append("--no-sampler")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent)
+    # As the `replay` CLI sets it: OpenBLAS's idle threads would spin on the engine's cores.
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, env=env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         raise RuntimeError(f"replay worker failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
