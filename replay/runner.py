@@ -3,7 +3,6 @@ results stream out to a Parquet file and a summary. Python prepares, Rust runs.
 """
 import errno
 import gc
-import os
 import platform
 import time
 from collections import deque
