@@ -1,9 +1,9 @@
 //! The memory I/Os read into and write from: two aligned buffers allocated once per run.
 //!
-//! Reads all land in one shared scratch buffer (the data read is never looked at, and
-//! concurrent DMA into it is harmless). Writes take their bytes from a pool of prepared data
-//! at a position that varies with the row, so consecutive writes do not carry identical
-//! blocks. Nothing is allocated per I/O.
+//! Reads land in a scratch area and writes take their bytes from a pool of prepared data, each
+//! at an aligned position that varies with the row: consecutive writes do not carry identical
+//! blocks, and concurrent reads do not all copy into the same pages (one shared read page cost
+//! 39 % of 4 KiB random-read IOPS on zram at QD32). Nothing is allocated per I/O.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
@@ -111,21 +111,33 @@ pub struct Buffers {
 impl Buffers {
     /// `max_length` is the largest I/O of the trace.
     pub fn new(max_length: usize, pattern: DataPattern) -> Self {
-        let read = AlignedBuf::zeroed(max_length);
-        let mut pool = AlignedBuf::zeroed((2 * max_length).max(8 << 20));
+        let size = (2 * max_length).max(8 << 20);
+        let read = AlignedBuf::zeroed(size);
+        let mut pool = AlignedBuf::zeroed(size);
         pool.fill(pattern, 0x7472_6163_6572_6570);
         Self { read, pool }
     }
 
-    /// Where the write of row `row`, `len` bytes long, takes its data: an aligned position in
-    /// the pool picked by hashing the row.
+    /// Where the write of row `row`, `len` bytes long, takes its data.
     #[inline]
     pub fn write_source(&self, row: u64, len: usize) -> *mut u8 {
-        let slots = ((self.pool.len() - len.next_multiple_of(ALIGN)) / ALIGN + 1) as u64;
-        let slot = splitmix64(row) % slots;
-        // SAFETY: slot * ALIGN + len <= pool.len() by the choice of `slots`.
-        unsafe { self.pool.ptr().add(slot as usize * ALIGN) }
+        place(&self.pool, row, len)
     }
+
+    /// Where the read of row `row`, `len` bytes long, puts its data.
+    #[inline]
+    pub fn read_destination(&self, row: u64, len: usize) -> *mut u8 {
+        place(&self.read, row, len)
+    }
+}
+
+/// An aligned position in `buf` for `len` bytes, picked by hashing the row.
+#[inline]
+fn place(buf: &AlignedBuf, row: u64, len: usize) -> *mut u8 {
+    let slots = ((buf.len() - len.next_multiple_of(ALIGN)) / ALIGN + 1) as u64;
+    let slot = splitmix64(row) % slots;
+    // SAFETY: slot * ALIGN + len <= buf.len() by the choice of `slots`.
+    unsafe { buf.ptr().add(slot as usize * ALIGN) }
 }
 
 #[cfg(test)]
@@ -148,10 +160,11 @@ mod tests {
         assert_eq!(b.pool.ptr() as usize % ALIGN, 0);
         for row in 0..10_000u64 {
             let len = 4096 * (1 + row as usize % 256);
-            let p = b.write_source(row, len) as usize;
-            let start = b.pool.ptr() as usize;
-            assert_eq!(p % ALIGN, 0);
-            assert!(p >= start && p + len <= start + b.pool.len());
+            for (p, buf) in [(b.write_source(row, len), &b.pool), (b.read_destination(row, len), &b.read)] {
+                let (p, start) = (p as usize, buf.ptr() as usize);
+                assert_eq!(p % ALIGN, 0);
+                assert!(p >= start && p + len <= start + buf.len());
+            }
         }
     }
 

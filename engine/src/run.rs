@@ -156,7 +156,7 @@ pub fn run(
                     let op = a.chunk.op[i];
                     let len = a.chunk.length[i] as u32;
                     let token = a.chunk.base + i as u64;
-                    let buf = if op == OP_WRITE { bufs.write_source(token, len as usize) } else { bufs.read.ptr() };
+                    let buf = if op == OP_WRITE { bufs.write_source(token, len as usize) } else { bufs.read_destination(token, len as usize) };
                     let fua = a.chunk.flags.as_ref().is_some_and(|f| f[i] & FLAG_FUA != 0);
                     engine.queue(Io { token, op, fua, offset: a.chunk.offset[i] as u64, len, buf });
                     a.out.intended_ns[i] = due(i);

@@ -18,7 +18,6 @@ const BLOCK_URING_CMD_DISCARD: u32 = 0x12 << 8;
 pub struct UringEngine {
     ring: IoUring,
     fixed_buffers: bool,
-    read_buf: usize,
     is_block: bool,
     staged: usize,
 }
@@ -37,7 +36,7 @@ impl UringEngine {
         // SAFETY: both buffers live in `Buffers`, which the run keeps alive (and unmoved: they
         // are heap allocations) until after this ring is dropped.
         let fixed_buffers = unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
-        Ok(Self { ring, fixed_buffers, read_buf: bufs.read.ptr() as usize, is_block, staged: 0 })
+        Ok(Self { ring, fixed_buffers, is_block, staged: 0 })
     }
 
     fn entry(&self, io: &Io) -> squeue::Entry {
@@ -50,8 +49,7 @@ impl UringEngine {
             OP_WRITE => {
                 let rw_flags = if io.fua { libc::RWF_DSYNC } else { 0 };
                 if self.fixed_buffers {
-                    let index = if io.buf as usize == self.read_buf { 0 } else { 1 };
-                    opcode::WriteFixed::new(fd, io.buf, io.len, index)
+                    opcode::WriteFixed::new(fd, io.buf, io.len, 1)
                         .offset(io.offset)
                         .rw_flags(rw_flags)
                         .build()
