@@ -111,7 +111,8 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
         except OSError as e:
             if reps:
                 raise ReplayError(f"cannot start worker {len(reps) + 1}: {e}") from None
-            if engine == "io_uring" and "io_uring" in str(e) and e.errno in _URING_REFUSED:
+            setup = isinstance(e, _engine.EngineSetupError)
+            if engine == "io_uring" and setup and e.errno in _URING_REFUSED:
                 notices.append(f"io_uring is refused here ({errno.errorcode[e.errno]}); "
                                "using the psync engine (a pool of pread/pwrite threads)")
                 engine = "psync"
@@ -122,8 +123,8 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
             elif e.errno == errno.EBUSY:
                 raise ReplayError(f"{target.path} is busy: it is mounted or claimed by another "
                                   "user; unmount it or choose another target") from None
-            elif engine == "io_uring" and "io_uring" in str(e):
-                raise EngineUnavailable(e.errno, f"{e.strerror}; try --engine psync") from None
+            elif setup:
+                raise EngineUnavailable(e.errno, f"{e}; try another --engine") from None
             else:
                 raise ReplayError(f"{e.strerror or e}: cannot replay on {target.path}") from None
     return reps, engine, direct

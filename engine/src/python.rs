@@ -24,6 +24,13 @@ use crate::psync::PsyncEngine;
 use crate::run::{run, Chunk, ChunkResult, Mode, Summary};
 use crate::uring::UringEngine;
 
+pyo3::create_exception!(
+    _engine,
+    EngineSetupError,
+    PyOSError,
+    "The I/O engine itself could not start (the target opened fine): an OSError with errno."
+);
+
 /// The one conversion from Rust I/O errors to Python: OSError with errno and a message
 /// saying what the engine was doing.
 fn os_error(context: &str, e: io::Error) -> PyErr {
@@ -31,6 +38,11 @@ fn os_error(context: &str, e: io::Error) -> PyErr {
         Some(errno) => PyOSError::new_err((errno, format!("{context}: {e}"))),
         None => PyOSError::new_err(format!("{context}: {e}")),
     }
+}
+
+/// The same for a failure to set up the engine, so Python can fall back to another one.
+fn setup_error(context: &str, e: io::Error) -> PyErr {
+    EngineSetupError::new_err((e.raw_os_error().unwrap_or(libc::EIO), format!("{context}: {e}")))
 }
 
 type RunOutcome = io::Result<Summary>;
@@ -97,8 +109,8 @@ impl Replayer {
         let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
         let eng: Box<dyn Engine> = match engine {
             "null" => Box::new(NullEngine::new(depth)),
-            "psync" => Box::new(PsyncEngine::new(fd, depth, is_block).map_err(|e| os_error("cannot start the psync threads", e))?),
-            "io_uring" => Box::new(UringEngine::new(fd, depth, &bufs, is_block).map_err(|e| os_error("cannot set up io_uring", e))?),
+            "psync" => Box::new(PsyncEngine::new(fd, depth, is_block).map_err(|e| setup_error("cannot start the psync threads", e))?),
+            "io_uring" => Box::new(UringEngine::new(fd, depth, &bufs, is_block).map_err(|e| setup_error("cannot set up io_uring", e))?),
             other => return Err(PyValueError::new_err(format!("unknown engine '{other}': use io_uring, psync or null"))),
         };
         let (in_tx, in_rx) = sync_channel(queue_chunks.max(1));
@@ -242,6 +254,6 @@ impl Drop for Replayer {
 #[pymodule]
 fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Replayer>()?;
-    m.add("SPIN_NS", crate::clock::SPIN_NS)?;
+    m.add("EngineSetupError", m.py().get_type::<EngineSetupError>())?;
     Ok(())
 }
