@@ -286,6 +286,38 @@ def test_psync_gives_the_same_results_as_io_uring_on_a_file(tmp_path):
     assert np.all(got["psync"]["result"] >= 0)
 
 
+IO_URING_DISABLED = "/proc/sys/kernel/io_uring_disabled"
+
+
+@pytest.fixture
+def io_uring_refused():
+    """io_uring refused with EPERM for every process, as Docker's seccomp profile does, via the
+    kernel's own switch (Linux 6.6+, root); restored whatever happens."""
+    if not os.access(IO_URING_DISABLED, os.W_OK):
+        pytest.skip(f"needs root and {IO_URING_DISABLED} (Linux 6.6+) to refuse io_uring")
+    with open(IO_URING_DISABLED) as f:
+        before = f.read().strip()
+    with open(IO_URING_DISABLED, "w") as f:
+        f.write("2")
+    try:
+        yield
+    finally:
+        with open(IO_URING_DISABLED, "w") as f:
+            f.write(before)
+
+
+@pytest.mark.root
+def test_io_uring_refused_falls_back_to_psync_with_a_notice(tmp_path, io_uring_refused):
+    trace = _mixed_trace(tmp_path / "mixed.parquet")
+    target = make_file(tmp_path / "t.img", 1 * MIB)
+    notices = []
+    cols, meta = results(replay(trace, target, RunOptions(engine="io_uring"),
+                                output=tmp_path / "out.parquet", notices=notices))
+    assert meta["run"]["engine"] == "psync"
+    assert any("io_uring is refused here (EPERM)" in n and "psync" in n for n in notices)
+    assert np.all(cols["result"] >= 0)
+
+
 @marks(uring, on_loop)
 def test_psync_gives_the_same_results_as_io_uring_on_a_loop_device(tmp_path, loop_device):
     trace = _mixed_trace(tmp_path / "mixed.parquet")
