@@ -1,0 +1,38 @@
+"""Trace formats that `replay import` reads and `replay export` writes, one module each.
+
+Every format module defines:
+    NAME: str                 the --format name
+    DESCRIPTION: str          one line for help texts
+    sniff(path, head) -> bool whether `head` (the first 64 KiB, decompressed) is this format
+    read(paths, options) -> (metadata: dict, chunks: Iterator[dict[str, np.ndarray]])
+        streams the trace in chunks in the common schema (traces.schema), in bounded memory,
+        raising replay.errors.TraceFormatError with the file and line or byte offset
+and optionally
+    write(trace: traces.trace.TraceFile, out: Path, options: dict) -> None   (export)
+"""
+import importlib
+from pathlib import Path
+
+from replay.errors import TraceFormatError
+from traces.formats.inputs import read_head
+
+# In sniffing order: the binary and self-describing formats first, bare CSVs last.
+NAMES = ("blktrace", "fio", "blkparse", "fiu", "msr", "umass", "alibaba", "tencent", "csv")
+
+
+def get(name: str):
+    """The module of format `name`; a clear error for an unknown one."""
+    if name not in NAMES:
+        raise TraceFormatError(name, f"unknown trace format; use one of {', '.join(NAMES)}")
+    return importlib.import_module(f"traces.formats.{name}")
+
+
+def sniff(path) -> str:
+    """The name of the first format that recognises `path`."""
+    head = read_head(Path(path))
+    for name in NAMES:
+        if get(name).sniff(Path(path), head):
+            return name
+    raise TraceFormatError(
+        path, f"cannot tell the trace format; name it with --format ({', '.join(NAMES)})"
+    )
