@@ -7,7 +7,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import typer  # noqa: E402
 
-from replay.commands import run
+from replay.commands import capture, run
 
 app = typer.Typer(
     help="tracereplay: replay real block I/O traces against drives and files.",
@@ -16,6 +16,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("run")(run.run)
+app.command("capture")(capture.capture)
 
 
 @app.callback()
