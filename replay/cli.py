@@ -7,7 +7,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import typer  # noqa: E402
 
-from replay.commands import capture, convert, run
+from replay.commands import capture, convert, library, run
 
 app = typer.Typer(
     help="tracereplay: replay real block I/O traces against drives and files.",
@@ -19,6 +19,7 @@ app.command("run")(run.run)
 app.command("capture")(capture.capture)
 app.command("import")(convert.import_)
 app.command("export")(convert.export)
+app.add_typer(library.app, name="traces")
 
 
 @app.callback()
