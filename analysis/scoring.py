@@ -202,6 +202,7 @@ def steady_state(values, *, window=PTS_WINDOW, max_excursion=PTS_MAX_EXCURSION,
     values = np.asarray(values, dtype=np.float64)[: int(max_rounds)]
     checks: list[RoundCheck] = []
     x = np.arange(window, dtype=np.float64)
+    sx2 = float(((x - x.mean()) ** 2).sum())
     for i, value in enumerate(values):
         check = RoundCheck(round=i + 1, value=float(value))
         checks.append(check)
@@ -209,7 +210,8 @@ def steady_state(values, *, window=PTS_WINDOW, max_excursion=PTS_MAX_EXCURSION,
             continue
         y = values[i + 1 - window: i + 1]
         average = float(y.mean())
-        slope = float(np.polyfit(x, y, 1)[0]) if window > 1 else 0.0
+        # Least-squares slope in closed form: exactly 0 for a flat window, unlike polyfit.
+        slope = float(((x - x.mean()) * (y - average)).sum() / sx2) if window > 1 else 0.0
         check.window = (i + 2 - window, i + 1)
         check.average = average
         if average > 0:
@@ -391,9 +393,7 @@ def act_search(run, *, start=150, step=10, resolution=1, minimum=1) -> ActSearch
         return ActSearch(start, tried, True)
     lo, hi = m, failed  # lo passed, hi failed
     while hi - lo > resolution:
-        mid = lo + (hi - lo) // 2 // resolution * resolution
-        if mid <= lo:
-            break
+        mid = lo + max(resolution, (hi - lo) // 2 // resolution * resolution)  # < hi
         if attempt(mid):
             lo = mid
         else:
