@@ -98,7 +98,7 @@ impl Replayer {
         }
         let pattern = DataPattern::parse(data).map_err(PyValueError::new_err)?;
         let mode = if afap { Mode::Afap } else { Mode::Original { speed } };
-        let bufs = Buffers::new(max_length, pattern);
+        let bufs = Buffers::new(max_length, depth, pattern);
         let file = match (engine, target) {
             ("null", _) => None,
             (_, Some(path)) => {

@@ -156,7 +156,7 @@ pub fn run(
                     let op = a.chunk.op[i];
                     let len = a.chunk.length[i] as u32;
                     let token = a.chunk.base + i as u64;
-                    let buf = if op == OP_WRITE { bufs.write_source(token, len as usize) } else { bufs.read_destination(token, len as usize) };
+                    let buf = if op == OP_WRITE { bufs.write_source(token, len as usize) } else { bufs.read_destination(token) };
                     let fua = a.chunk.flags.as_ref().is_some_and(|f| f[i] & FLAG_FUA != 0);
                     engine.queue(Io { token, op, fua, offset: a.chunk.offset[i] as u64, len, buf });
                     a.out.intended_ns[i] = due(i);
@@ -237,7 +237,7 @@ mod tests {
     }
 
     fn replay(mode: Mode, chunks: Vec<Chunk>, depth: usize) -> (Vec<ChunkResult>, Summary) {
-        let bufs = Buffers::new(4096, DataPattern::Zeros);
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
         let (tx, rx) = sync_channel(chunks.len().max(1));
         for c in chunks {
             tx.send(c).unwrap();
@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn a_given_start_is_waited_for_and_shared() {
-        let bufs = Buffers::new(4096, DataPattern::Zeros);
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
         let (tx, rx) = sync_channel(1);
         tx.send(chunk(0, vec![0, 1000])).unwrap();
         drop(tx);
@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn stop_returns_partial_chunks_marked() {
-        let bufs = Buffers::new(4096, DataPattern::Zeros);
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
         let (tx, rx) = sync_channel(2);
         // One row now, one an hour later: stopping must not wait for the second.
         tx.send(chunk(0, vec![0, 3_600_000_000_000])).unwrap();
@@ -339,7 +339,7 @@ mod tests {
                 Ok(n)
             }
         }
-        let bufs = Buffers::new(4096, DataPattern::Zeros);
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
         let (tx, rx) = sync_channel(1);
         tx.send(chunk(0, vec![0; 1000])).unwrap();
         drop(tx);
