@@ -296,8 +296,10 @@ class _Merger:
             if part is not None:
                 for name, values in zip(timing, part[:4]):
                     timing[name][w::n] = values
+        out = {**chunk, **timing}
         issued = timing["issue_ns"] >= 0
-        out = {name: col[issued] for name, col in {**chunk, **timing}.items()}
+        if not issued.all():  # a stopped run: keep the rows that were issued
+            out = {name: col[issued] for name, col in out.items()}
         if len(out["op"]):
             self.writer.write(out)
             self.summary.add(out)
