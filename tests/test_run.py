@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from replay.errors import ReplayError, TargetError, UnsafeTargetError
 from replay.runner import RunOptions, replay
@@ -128,6 +130,19 @@ def test_null_engine_replays_the_demo_trace_row_for_row(tmp_path):
     job = meta["summary"]["jobs"][0]
     assert job["read"]["total_ios"] == np.count_nonzero(trace["op"] == R)
     assert job["write"]["total_ios"] == np.count_nonzero(trace["op"] == W)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(gaps=st.lists(st.integers(0, 200_000), min_size=1, max_size=40),
+       speed=st.floats(0.5, 64.0))
+def test_deadlines_are_monotone_and_never_run_early(tmp_path, gaps, speed):
+    ts = np.cumsum(gaps)
+    trace = make_trace(tmp_path / "t.parquet", [(t, R, 0, 4096) for t in ts])
+    cols, _ = results(replay(trace, None, RunOptions(engine="null", speed=speed),
+                             output=tmp_path / "out.parquet"))
+    assert np.all(np.diff(cols["intended_ns"]) >= 0)
+    assert np.all(cols["issue_ns"] >= cols["intended_ns"])
+    np.testing.assert_allclose(cols["intended_ns"], ts / speed, atol=1)
 
 
 @pytest.mark.parametrize("speed", [1.0, 2.0])
