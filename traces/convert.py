@@ -257,7 +257,7 @@ def check_rows(path, chunk, row0, skip_rows=0) -> None:
     """Offsets >= 0, ts >= 0, lengths > 0 for data I/Os; errors name the line."""
     found = []
     if (bad := chunk["ts_ns"] < 0).any():
-        found.append((int(bad.argmax()), "negative time"))
+        found.append((int(bad.argmax()), "time before the first record's; is the file sorted by time?"))
     if (bad := chunk["offset"] < 0).any():
         found.append((int(bad.argmax()), "negative offset"))
     data = (chunk["op"] == Op.READ) | (chunk["op"] == Op.WRITE) | (chunk["op"] == Op.DISCARD)
@@ -300,6 +300,18 @@ class Ordered:
                     raise self._late(int(rows[i + 1]), ts[i], ts[i + 1])
                 self.last = int(ts[-1])
             return chunk
+        # Disorder beyond the window is an error, within a chunk as across chunks.
+        newest = max([self.last if self.last is not None else ts[0] if len(ts) else 0]
+                     + ([int(self.held["ts_ns"].max())] if self.held is not None and len(self.held["ts_ns"]) else []))
+        if len(ts):
+            lag = np.maximum.accumulate(np.maximum(ts, newest)) - ts
+            if (late := lag > self.window).any():
+                i = int(late.argmax())
+                raise TraceFormatError(
+                    self.path,
+                    f"line {line_of_row(self.path, int(rows[i]), self.skip)}: time goes back by "
+                    f"{lag[i] / 1e9:.6f} s, more than the reorder window of {self.window / 1e9:g} s; "
+                    "is the file sorted by time?")
         chunk = dict(chunk, _row=rows)
         held = chunk if self.held is None else concat([self.held, chunk])
         # Sorting only when needed: the published traces are nearly always in order already.
@@ -446,7 +458,9 @@ def import_trace(paths, output, fmt=None, options=None, command=None, progress=N
     output = Path(output)
     chunks = iter(chunks)
     first = next(chunks, None)
-    names = [n for n in _ORDER if n in (first or {n: None for n in REQUIRED})]
+    # A format may say which columns it would have made, for an input without records.
+    declared = metadata.pop("columns", None) or REQUIRED
+    names = [n for n in _ORDER if n in (first if first is not None else declared)]
     fields = [(n, _ARROW_TYPES[n]) for n in names]
     rows, last_ts = 0, None
     # Parsing (in a thread) overlaps compression and writing (here): both release the GIL.

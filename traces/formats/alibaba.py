@@ -76,6 +76,9 @@ def read(paths, options):
         if parsed is None:
             raise TraceFormatError(path, f"line {first[0]}: " + (
                 convert.field_checker(KINDS)(first[1]) or "opcode must be R or W"))
+        if parsed[3] < 10**14:
+            raise TraceFormatError(path, f"line {first[0]}: timestamp {parsed[3]} is not in microseconds "
+                                   "since 1970 (about 1.58e15 for 2020)")
         origin = parsed[3] if origin is None else min(origin, parsed[3])
     origin = origin or 0
     sizes = _sizes(paths[0])

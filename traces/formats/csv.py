@@ -42,7 +42,7 @@ def read(paths, options):
     if any(h != heads[0] for h in heads):
         raise TraceFormatError(paths[-1], "line 1: the files name different columns")
     metadata = {"description": "Imported from tracereplay CSV: " + ", ".join(p.name for p in paths) + ".",
-                "source": {"kind": "import:csv"}}
+                "source": {"kind": "import:csv"}, "columns": heads[0]}
     meter = options.get("meter")
     streams = [convert.ordered_chunks(p, _chunks(p, heads[0], meter), 0, 1) for p in paths]
     return metadata, convert.merge_sorted(streams)

@@ -57,6 +57,9 @@ def read(paths, options):
         if fields is None:
             problem = convert.field_checker(KINDS)(first[1]) or "Type must be Read or Write"
             raise TraceFormatError(path, f"line {first[0]}: {problem}")
+        if fields[1][0] < 10**17:
+            raise TraceFormatError(path, f"line {first[0]}: Timestamp {fields[1][0]} is not a Windows "
+                                   "FILETIME (100 ns ticks since 1601, about 1.28e17 for 2007)")
         firsts.append(fields)
     starts = [f[1][0] for f in firsts if f is not None]
     origin = min(starts) if starts else 0

@@ -60,6 +60,9 @@ def read(paths, options):
         if parsed is None:
             raise TraceFormatError(path, f"line {first[0]}: " + (
                 convert.field_checker(KINDS)(first[1]) or "IOType must be 0 or 1"))
+        if not 10**9 <= parsed[0] < 10**10:
+            raise TraceFormatError(path, f"line {first[0]}: Timestamp {parsed[0]} is not in whole "
+                                   "seconds since 1970 (about 1.54e9 for 2018)")
         origin = parsed[0] if origin is None else min(origin, parsed[0])
     origin = origin or 0
     metadata = {
