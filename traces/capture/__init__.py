@@ -211,7 +211,9 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
             start_ns = session.start_mono_ns
             instance = session.name
     built = build(decoded.events, start_ns)
-    lost = decoded.missed_events + overruns
+    # Overwritten events show up both as page missed-event counts and as overruns: the
+    # same losses seen twice, so the larger of the two is the count.
+    lost = max(decoded.missed_events, overruns)
     cols = built.columns
     counts = {k: int(len(v["ts"])) for k, v in decoded.events.items()}
     capture_meta = {

@@ -171,10 +171,9 @@ def walk_pages(buf, page_size, ts_off, commit_off, commit_size, data_off,
     for p in range(n_pages):
         base = p * page_size
         ts = np.int64(_u64(buf, base + ts_off))
-        if commit_size == 8:
-            commit = _u64(buf, base + commit_off)
-        else:
-            commit = np.uint64(_u32(buf, base + commit_off))
+        # The flags are C ints (1 << 31) added to a long: on 64-bit commits they arrive
+        # sign-extended (0xffffffffc0000fc0 was seen), so only the low 32 bits count.
+        commit = np.uint64(_u32(buf, base + commit_off))
         flags = commit & np.uint64(_RB_MISSED_MASK)
         size = np.int64(commit & np.uint64(0xFFFFF))  # a page is < 1 MiB; higher bits are flags
         start = base + data_off
@@ -263,7 +262,11 @@ def walk(buf: np.ndarray, layout: PageLayout, header: EventHeader, source="ring 
         layout.data_offset, header.padding, header.time_extend, header.time_stamp,
         header.data_max, header.delta_bits)
     if bad >= 0:
-        raise TraceFormatError(source, f"byte offset {bad}: {_WALK_PROBLEMS[why]}")
+        problem = _WALK_PROBLEMS[why]
+        if why == 1:
+            word = int.from_bytes(buf[bad:bad + layout.commit_size].tobytes(), "little")
+            problem += f" (commit word {word:#x}, page size {layout.page_size})"
+        raise TraceFormatError(source, f"byte offset {bad}: {problem}")
     return offs[:n], lens[:n], tss[:n], missed
 
 
