@@ -110,8 +110,11 @@ def iter_lines(path, skip_rows=0):
         raise TraceFormatError(path, f"cannot read: {e}") from None
 
 
-def first_lines(head: bytes, count=3) -> list[str]:
-    """Up to `count` non-empty lines from a sniffing head (the last, maybe cut, is dropped)."""
+def first_lines(head: bytes, count=1) -> list[str]:
+    """Up to `count` non-empty lines from a sniffing head (the last, maybe cut, is dropped).
+
+    One by default: a bad record further on is then reported by line, not as an unknown format.
+    """
     text = head.decode("utf-8", "replace").splitlines()
     if len(head) >= 65536 and text:
         text = text[:-1]
