@@ -196,7 +196,10 @@ def walk_pages(buf, page_size, ts_off, commit_off, commit_size, data_off,
                     break  # the rest of the page is empty
                 if i + 8 > end:
                     return offs, lens, tss, n, missed, i, 2
-                i += 4 + np.int64(_u32(buf, i + 4))
+                skip = np.int64(_u32(buf, i + 4))  # counts itself: a discarded event
+                if skip < 4:
+                    return offs, lens, tss, n, missed, i, 3
+                i += 4 + skip
                 continue
             if type_len == time_extend or type_len == time_stamp:
                 if i + 8 > end:
