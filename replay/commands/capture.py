@@ -32,9 +32,15 @@ def capture(
     from traces.capture import capture as run_capture
 
     notices = []
+
+    def started(chosen):
+        until = "COMMAND exits" if command else (f"{duration:g} s" if duration else "Ctrl-C")
+        typer.echo(f"tracing {device} with {chosen} until {until}", err=True)
+
     try:
         result = run_capture(device, output, command=command or None, duration=duration,
-                             backend=backend.value, strict=strict, name=name, notices=notices)
+                             backend=backend.value, strict=strict, name=name, notices=notices,
+                             on_start=started)
     except ReplayError as e:
         for n in notices:
             typer.echo(f"note: {n}", err=True)

@@ -166,9 +166,10 @@ def _end_command(proc) -> int | None:
 def capture(device: str, output, *, command: list[str] | None = None, duration: float | None = None,
             backend: str = "auto", strict: bool = False, name: str | None = None,
             buffer_kb: int | None = None, notices: list | None = None,
-            stop: threading.Event | None = None) -> CaptureResult:
+            stop: threading.Event | None = None, on_start=None) -> CaptureResult:
     """Trace `device` while `command` runs, for `duration` seconds, or until SIGINT/SIGTERM/`stop`.
 
+    `on_start(backend)` is called once events are being recorded, before `command` starts.
     Writes the trace to `output` atomically and returns what was captured. Raises
     CaptureError when the capture cannot run, or with strict=True when events were lost
     (then no trace is written). Everything set up is removed however this returns.
@@ -184,7 +185,8 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
     info = device_info(device)
     chosen = _choose_backend(backend, device, notices)
     if chosen == "blktrace":
-        return _capture_blktrace(device, output, info, command, duration, strict, name, notices, stop)
+        return _capture_blktrace(device, output, info, command, duration, strict, name, notices, stop,
+                                 on_start)
 
     proc = None
     interrupted = False
@@ -195,6 +197,8 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
         with TracefsSession(info["dev_t"], buffer_kb=buffer_kb) as session:
             session.start()
             wall = datetime.datetime.now(datetime.timezone.utc)
+            if on_start is not None:
+                on_start("tracefs")
             deadline = None if duration is None else time.monotonic() + duration
             try:
                 if command:
@@ -279,7 +283,7 @@ def _write(output: Path, cols: dict, metadata: dict) -> None:
             writer.write({n: cols[n][start:start + MAX_ROW_GROUP_ROWS] for n in names})
 
 
-def _capture_blktrace(device, output, info, command, duration, strict, name, notices, stop):
+def _capture_blktrace(device, output, info, command, duration, strict, name, notices, stop, on_start):
     """The blktrace path: run blktrace around the command, then decode its stream."""
     proc = None
     interrupted = False
@@ -288,6 +292,8 @@ def _capture_blktrace(device, output, info, command, duration, strict, name, not
             threading.Thread(target=lambda: (stop.wait(), stopper.event.set()), daemon=True).start()
         with blktrace_backend.BlktraceSession(info["path"]) as session:
             wall = datetime.datetime.now(datetime.timezone.utc)
+            if on_start is not None:
+                on_start("blktrace")
             deadline = None if duration is None else time.monotonic() + duration
             try:
                 if command:
