@@ -66,7 +66,8 @@ def _add_kernel(values, counts):
         return -1, 0.0, 0.0, lo, hi
     ref = float(values[0])
     s = 0.0
-    sq = 0.0
+    c = 0.0  # Kahan compensation of s: plain summation lost ~1e-12 of the mean over a few
+    sq = 0.0  # hundred values when the first was far from the rest (4e13 ns among zeros)
     for i in range(n):
         v = values[i]
         if v < 0:
@@ -75,7 +76,10 @@ def _add_kernel(values, counts):
             return i, 0.0, 0.0, lo, hi
         counts[bin_index(v)] += 1
         d = float(v) - ref
-        s += d
+        y = d - c
+        t = s + y
+        c = (t - s) - y
+        s = t
         sq += d * d
         lo = min(lo, v)
         hi = max(hi, v)
