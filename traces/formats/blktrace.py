@@ -1,0 +1,718 @@
+"""blktrace binary records (struct blk_io_trace, version 0x07): import and export.
+
+Reads per-CPU files as blktrace writes them (`dev.blktrace.N`, merged by time) or one merged
+stream (`blkparse -d`), either byte order; writes one merged little-endian stream that
+blkparse, btrecord and btreplay read. REFERENCE.md sections 4 and 7 describe the records.
+"""
+import glob
+import itertools
+import os
+import re
+import secrets
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from replay.errors import TraceFormatError
+from traces.formats.inputs import open_input
+from traces.schema import Flag, Op
+
+NAME = "blktrace"
+DESCRIPTION = "blktrace binary records: per-CPU files (dev.blktrace.N) or one merged stream (blkparse -d)"
+
+MAGIC = 0x65617400
+VERSION = 0x07
+HEADER_BYTES = 48
+_FIELDS = [
+    ("magic", "u4"), ("sequence", "u4"), ("time", "u8"), ("sector", "u8"), ("bytes", "u4"),
+    ("action", "u4"), ("pid", "u4"), ("device", "u4"), ("cpu", "u4"), ("error", "u2"),
+    ("pdu_len", "u2"),
+]
+RECORD_LE = np.dtype([(n, "<" + t) for n, t in _FIELDS])
+RECORD_BE = np.dtype([(n, ">" + t) for n, t in _FIELDS])
+assert RECORD_LE.itemsize == HEADER_BYTES
+
+# Action codes (low byte of `action`); bit 8 says a cgroup id precedes the payload.
+ACT_QUEUE, ACT_ISSUE, ACT_COMPLETE = 1, 7, 8
+ACT_CGROUP = 0x100
+# Categories (`action >> 16`).
+TC_READ, TC_WRITE, TC_FLUSH, TC_SYNC = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+TC_QUEUE, TC_ISSUE, TC_COMPLETE, TC_FS = 1 << 4, 1 << 6, 1 << 7, 1 << 8
+TC_NOTIFY, TC_AHEAD, TC_META, TC_DISCARD, TC_FUA = 1 << 10, 1 << 11, 1 << 12, 1 << 13, 1 << 15
+# Notify record codes.
+TN_PROCESS, TN_TIMESTAMP = 0, 1
+
+EVENTS = {"issue": ACT_ISSUE, "queue": ACT_QUEUE}
+_FLAG_BITS = ((TC_SYNC, Flag.SYNC), (TC_FUA, Flag.FUA), (TC_META, Flag.META),
+              (TC_AHEAD, Flag.READAHEAD))
+
+DEFAULT_DEVICE = (8 << 20) | 0  # 8,0: what the exporter writes for a trace without devices
+UNMATCHED = -1  # latency_ns of an I/O whose completion is not in the trace
+
+_BLOCK_BYTES = 8 << 20  # bytes read per file per step
+_WINDOW_RECORDS = 1 << 20  # records matched per step
+# An I/O still waiting for its completion is held back (with everything after it) for at
+# most this much trace time, and at most _MAX_CARRY records, then given up as unmatched.
+_HORIZON_NS = 30 * 10**9
+_MAX_CARRY = _WINDOW_RECORDS // 2
+
+
+def dev_t(major: int, minor: int) -> int:
+    return (major << 20) | minor
+
+
+def dev_name(device: int) -> str:
+    return f"{device >> 20},{device & 0xFFFFF}"
+
+
+def sniff(path, head: bytes) -> bool:
+    if len(head) < HEADER_BYTES:
+        return False
+    return any(
+        (int.from_bytes(head[:4], order) & 0xFFFFFF00) == MAGIC for order in ("little", "big")
+    )
+
+
+def input_files(paths) -> list[Path]:
+    """The files behind `paths`: each a file, or a prefix `dev` of `dev.blktrace.N` files."""
+    files = []
+    for path in map(Path, paths):
+        if path.is_file():
+            files.append(path)
+            continue
+        cpus = glob.glob(glob.escape(str(path)) + ".blktrace.*")
+        numbered = sorted(
+            (int(m.group(1)), p) for p in cpus if (m := re.search(r"\.blktrace\.(\d+)$", p))
+        )
+        if not numbered:
+            raise TraceFormatError(
+                path, "no such file, and no per-CPU files named like it (PATH.blktrace.N)"
+            )
+        files.extend(Path(p) for _, p in numbered)
+    return files
+
+
+# ---------------------------------------------------------------- decoding records
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan(buf, big):
+    """Offsets of the whole records in `buf`, the end of the last one, and the offset of a
+    record whose magic or version is wrong (-1 if none). pdu_len varies, so this is a loop."""
+    n = buf.size
+    offsets = np.empty(n // 48 + 1, np.int64)
+    count = 0
+    pos = 0
+    expected = 0x65617407
+    while pos + 48 <= n:
+        if big:
+            magic = (np.int64(buf[pos]) << 24) | (np.int64(buf[pos + 1]) << 16) \
+                | (np.int64(buf[pos + 2]) << 8) | np.int64(buf[pos + 3])
+            pdu = (np.int64(buf[pos + 46]) << 8) | np.int64(buf[pos + 47])
+        else:
+            magic = np.int64(buf[pos]) | (np.int64(buf[pos + 1]) << 8) \
+                | (np.int64(buf[pos + 2]) << 16) | (np.int64(buf[pos + 3]) << 24)
+            pdu = np.int64(buf[pos + 46]) | (np.int64(buf[pos + 47]) << 8)
+        if magic != expected:
+            return offsets[:count], pos, pos
+        if pos + 48 + pdu > n:
+            break
+        offsets[count] = pos
+        count += 1
+        pos += 48 + pdu
+    return offsets[:count], pos, -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather(buf, offsets, out):
+    """Copy the 48-byte header of each record at `offsets` into the rows of `out`."""
+    for i in range(offsets.size):
+        start = offsets[i]
+        for j in range(48):
+            out[i, j] = buf[start + j]
+
+
+def _headers(buf: np.ndarray, offsets: np.ndarray, dtype) -> np.ndarray:
+    if offsets.size and offsets[-1] == (offsets.size - 1) * HEADER_BYTES:
+        # No payloads in this block: the records are back to back, no copy needed.
+        return np.frombuffer(buf, dtype, count=offsets.size)
+    packed = np.empty((offsets.size, HEADER_BYTES), np.uint8)
+    _gather(buf, offsets, packed)
+    return packed.view(dtype).reshape(-1)
+
+
+def _columns(records: np.ndarray) -> dict:
+    """Native-order event columns from header records (either byte order)."""
+    return {
+        "time": records["time"].astype(np.int64),
+        "sector": records["sector"].astype(np.uint64),
+        "bytes": records["bytes"].astype(np.uint32),
+        "action": records["action"].astype(np.uint32),
+        "pid": records["pid"].astype(np.uint32),
+        "device": records["device"].astype(np.uint32),
+    }
+
+
+def _file_blocks(path: Path):
+    """Yield (columns, notes) for successive blocks of one time-ordered record file.
+
+    notes: [("comm", pid, name) | ("clock", time, realtime_ns)] from notify records.
+    """
+    try:
+        f = open_input(path)
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot read: {e.strerror or e}") from None
+    with f:
+        carry = b""
+        consumed = 0  # byte offset of `carry`'s first byte in the (decompressed) file
+        dtype = big = None
+        while True:
+            try:
+                data = f.read(_BLOCK_BYTES)
+            except (OSError, EOFError) as e:
+                raise TraceFormatError(path, f"byte offset {consumed + len(carry)}: cannot read ({e})") from None
+            buf = carry + data if carry else data
+            if not buf:
+                return
+            if dtype is None:
+                big, dtype = _byte_order(path, buf)
+            array = np.frombuffer(buf, np.uint8)
+            offsets, end, bad = _scan(array, big)
+            if bad >= 0:
+                _refuse(path, buf, bad, consumed + bad, big)
+            if not data and end < len(buf):
+                raise TraceFormatError(
+                    path,
+                    f"byte offset {consumed + end}: truncated record ({len(buf) - end} bytes of "
+                    "a record at the end of the file); the file is cut short",
+                )
+            records = _headers(array, offsets, dtype)
+            columns = _columns(records)
+            notes = _notes(path, buf, offsets, columns, big, consumed)
+            yield columns, notes
+            carry = buf[end:]
+            consumed += end
+            if not data:
+                return
+
+
+def _byte_order(path, buf: bytes):
+    for big, order, dtype in ((False, "little", RECORD_LE), (True, "big", RECORD_BE)):
+        magic = int.from_bytes(buf[:4], order)
+        if (magic & 0xFFFFFF00) == MAGIC:
+            return big, dtype
+    raise TraceFormatError(
+        path,
+        f"byte offset 0: not a blktrace record (magic 0x{int.from_bytes(buf[:4], 'little'):08x}); "
+        "give blktrace's per-CPU files or blkparse -d output",
+    )
+
+
+def _refuse(path, buf: bytes, at: int, offset: int, big: bool):
+    magic = int.from_bytes(buf[at:at + 4], "big" if big else "little")
+    if (magic & 0xFFFFFF00) == MAGIC:
+        raise TraceFormatError(
+            path,
+            f"byte offset {offset}: blktrace record version 0x{magic & 0xFF:02x}; this reader "
+            f"knows version 0x{VERSION:02x} (48-byte records) only",
+        )
+    raise TraceFormatError(
+        path,
+        f"byte offset {offset}: not a blktrace record (magic 0x{magic:08x}); the file is "
+        "damaged, or a record's pdu_len is wrong",
+    )
+
+
+def _notes(path, buf, offsets, columns, big, consumed) -> list:
+    category = columns["action"] >> 16
+    notes = []
+    order = "big" if big else "little"
+    for i in np.flatnonzero(category & TC_NOTIFY):
+        action = int(columns["action"][i])
+        start = int(offsets[i]) + HEADER_BYTES
+        pdu_len = int.from_bytes(buf[start - 2:start], order)
+        payload = buf[start:start + pdu_len]
+        if action & ACT_CGROUP:
+            payload = payload[8:]
+        code = action & 0xFF
+        if code == TN_PROCESS:
+            name = payload.split(b"\0", 1)[0].decode("utf-8", "replace")
+            notes.append(("comm", int(columns["pid"][i]), name))
+        elif code == TN_TIMESTAMP:
+            if len(payload) < 8:
+                raise TraceFormatError(
+                    path, f"byte offset {consumed + start - HEADER_BYTES}: timestamp note with a "
+                    f"{len(payload)}-byte payload, expected 8",
+                )
+            sec = int.from_bytes(payload[0:4], order)
+            nsec = int.from_bytes(payload[4:8], order)
+            notes.append(("clock", int(columns["time"][i]), sec * 10**9 + nsec))
+    return notes
+
+
+def _concat(parts: list[dict]) -> dict:
+    if len(parts) == 1:
+        return parts[0]
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+def _take(columns: dict, index) -> dict:
+    return {name: values[index] for name, values in columns.items()}
+
+
+def _merged_blocks(files: list[Path]):
+    """Yield (columns, notes) blocks of all files merged by time, in bounded memory.
+
+    Each file is time-ordered; a block holds every record up to the earliest last time of
+    the files still being read, so nothing later can sort before it.
+    """
+    sources = [_file_blocks(f) for f in files]
+    if len(sources) == 1:
+        yield from sources[0]
+        return
+    pending = [None] * len(sources)
+    done = [False] * len(sources)
+    while True:
+        notes = []
+        for i, source in enumerate(sources):
+            while not done[i] and (pending[i] is None or not len(pending[i]["time"])):
+                block = next(source, None)
+                if block is None:
+                    done[i] = True
+                else:
+                    pending[i] = block[0]
+                    notes.extend(block[1])
+        live = [p for p in pending if p is not None and len(p["time"])]
+        if not live:
+            if notes:
+                yield _concat([_empty_columns()]), notes
+            return
+        bounds = [pending[i]["time"][-1] for i in range(len(sources))
+                  if not done[i] and pending[i] is not None and len(pending[i]["time"])]
+        watermark = min(bounds) if bounds else None
+        parts = []
+        for i, p in enumerate(pending):
+            if p is None or not len(p["time"]):
+                continue
+            n = len(p["time"]) if watermark is None else int(np.searchsorted(p["time"], watermark, "right"))
+            parts.append(_take(p, slice(0, n)))
+            pending[i] = _take(p, slice(n, None))
+        merged = _concat(parts)
+        order = np.argsort(merged["time"], kind="stable")
+        yield _take(merged, order), notes
+
+
+def _empty_columns() -> dict:
+    return {"time": np.empty(0, np.int64), "sector": np.empty(0, np.uint64),
+            "bytes": np.empty(0, np.uint32), "action": np.empty(0, np.uint32),
+            "pid": np.empty(0, np.uint32), "device": np.empty(0, np.uint32)}
+
+
+# ---------------------------------------------------------------- events to I/Os
+
+# kinds for _match
+_K_OTHER, _K_IO, _K_COMPLETE, _K_QUEUE = 0, 1, 2, 3
+
+
+@numba.njit(cache=True, nogil=True)
+def _hash(device, sector, nbytes):
+    h = np.uint64(sector) * np.uint64(0x9E3779B97F4A7C15)
+    h ^= np.uint64(nbytes) * np.uint64(0xC2B2AE3D27D4EB4F)
+    h ^= np.uint64(device) * np.uint64(0x165667B19E3779F9)
+    h ^= h >> np.uint64(29)
+    return h
+
+
+@numba.njit(cache=True, nogil=True)
+def _match(kind, device, sector, nbytes, cap):
+    """Pair each I/O event with the first later completion of the same (device, sector,
+    bytes), first in first out; and each I/O event with the last queue event at the same
+    (device, sector) before it. One pass with open-addressing tables of `cap` slots."""
+    n = kind.size
+    mask = cap - 1
+    owner = np.full(cap, -1, np.int64)  # an event with the slot's key
+    head = np.full(cap, -1, np.int64)  # oldest waiting I/O event of the key
+    tail = np.full(cap, -1, np.int64)
+    nxt = np.full(n, -1, np.int64)
+    partner = np.full(n, -1, np.int64)
+    q_owner = np.full(cap, -1, np.int64)  # last queue event at a (device, sector)
+    queued_by = np.full(n, -1, np.int64)
+    for i in range(n):
+        k = kind[i]
+        if k == 0:
+            continue
+        if k == 3 or k == 1:
+            s = np.int64(_hash(device[i], sector[i], 0) & np.uint64(mask))
+            while q_owner[s] != -1 and not (
+                device[q_owner[s]] == device[i] and sector[q_owner[s]] == sector[i]
+            ):
+                s = (s + 1) & mask
+            if k == 3:
+                q_owner[s] = i
+                continue
+            queued_by[i] = q_owner[s]
+        s = np.int64(_hash(device[i], sector[i], nbytes[i]) & np.uint64(mask))
+        while owner[s] != -1:
+            j = owner[s]
+            if device[j] == device[i] and sector[j] == sector[i] and nbytes[j] == nbytes[i]:
+                break
+            s = (s + 1) & mask
+        if k == 1:
+            owner[s] = i
+            if tail[s] == -1:
+                head[s] = i
+            else:
+                nxt[tail[s]] = i
+            tail[s] = i
+        elif owner[s] != -1 and head[s] != -1:
+            j = head[s]
+            head[s] = nxt[j]
+            if head[s] == -1:
+                tail[s] = -1
+            partner[j] = i
+            partner[i] = j
+    return partner, queued_by
+
+
+def _op_and_flags(category: np.ndarray, nbytes: np.ndarray):
+    op = np.full(category.shape, int(Op.READ), np.uint8)
+    op[(category & TC_WRITE) != 0] = Op.WRITE
+    op[((category & TC_FLUSH) != 0) & (nbytes == 0)] = Op.FLUSH
+    op[(category & TC_DISCARD) != 0] = Op.DISCARD
+    flags = np.zeros(category.shape, np.uint8)
+    for bit, flag in _FLAG_BITS:
+        flags[(category & bit) != 0] |= np.uint8(flag)
+    return op, flags
+
+
+class _Matcher:
+    """Turns a time-ordered stream of event blocks into chunks of I/O rows.
+
+    Rows are emitted in time order once their completion is seen (or given up on), so an
+    I/O waiting at the end of a window holds back the rows after it until the next one.
+    """
+
+    def __init__(self, path, event: str, metadata: dict):
+        if event not in EVENTS:
+            raise TraceFormatError(path, f"unknown event {event!r}; use one of {', '.join(EVENTS)}")
+        self.path, self.code, self.event = path, EVENTS[event], event
+        self.metadata = metadata
+        self.comm: dict[int, str] = {}
+        self.t0 = None
+        self.columns = None  # optional columns, chosen from the first window
+        self.devices: set[int] = set()
+        self.stats = {"records": 0, "ios": 0, "unmatched_ios": 0, "unmatched_completions": 0,
+                      "preflush_writes": 0}
+
+    def note(self, notes):
+        for note in notes:
+            if note[0] == "comm":
+                self.comm[note[1]] = note[2]
+            elif note[0] == "clock" and "start_wallclock" not in self.metadata:
+                # The note's realtime clock, moved back to the first record (ts_ns 0).
+                start_ns = note[2] - (note[1] - self.t0)
+                self.metadata["start_wallclock"] = datetime.fromtimestamp(
+                    start_ns / 1e9, timezone.utc).isoformat()
+
+    def chunks(self, blocks):
+        """blocks: iterator of (columns, notes), time-ordered; yields row chunks."""
+        carry = None
+        window, size = [], 0
+        for columns, notes in blocks:
+            if self.t0 is None and len(columns["time"]):
+                self.t0 = int(columns["time"][0])
+            self.note(notes)
+            self.stats["records"] += len(columns["time"])
+            window.append(columns)
+            size += len(columns["time"])
+            if size >= _WINDOW_RECORDS:
+                events = _concat(([carry] if carry else []) + window)
+                window, size = [], 0
+                rows, carry = self._window(events, final=False)
+                if rows is not None:
+                    yield rows
+        if carry or window:
+            events = _concat(([carry] if carry else []) + window)
+            rows, _ = self._window(events, final=True)
+            if rows is not None:
+                yield rows
+        self.metadata["source"].update(self.stats)
+        self.metadata["source"]["devices"] = sorted(dev_name(d) for d in self.devices)
+
+    def _window(self, ev, final):
+        n = len(ev["time"])
+        if n == 0:
+            return None, None
+        action = ev["action"]
+        code = action & 0xFF
+        category = action >> 16
+        notify = (category & TC_NOTIFY) != 0
+        has_data = (ev["bytes"] != 0) | ((category & TC_FLUSH) != 0)
+        kind = np.zeros(n, np.uint8)
+        # A 0-byte completion without FLUSH ends a flush sequence; it has no issue of its own.
+        kind[(code == ACT_COMPLETE) & has_data & ~notify] = _K_COMPLETE
+        if self.code == ACT_ISSUE:
+            kind[(code == ACT_QUEUE) & ~notify] = _K_QUEUE
+        io_mask = (code == self.code) & has_data & ~notify
+        kind[io_mask] = _K_IO
+        wanted = int(np.count_nonzero(kind))
+        cap = 1 << max(4, (2 * wanted + 1).bit_length())
+        partner, queued_by = _match(kind, ev["device"], ev["sector"], ev["bytes"], cap)
+        ios = np.flatnonzero(io_mask)
+        cut = n
+        if not final:
+            waiting = ios[partner[ios] < 0]
+            waiting = waiting[ev["time"][waiting] >= ev["time"][-1] - _HORIZON_NS]
+            if waiting.size:
+                cut = max(int(waiting[0]), n - _MAX_CARRY)
+        rows = ios[ios < cut]
+        consumed = np.zeros(n, bool)
+        matched = rows[partner[rows] >= 0]
+        consumed[partner[matched]] = True
+        carry = None
+        if cut < n:
+            keep = np.arange(cut, n)
+            carry = _take(ev, keep[~consumed[cut:]])
+        completions = np.flatnonzero(kind[:cut] == _K_COMPLETE)
+        self.stats["unmatched_completions"] += int(np.count_nonzero(~consumed[completions]))
+        return self._rows(ev, rows, partner, queued_by), carry
+
+    def _rows(self, ev, rows, partner, queued_by):
+        category = ev["action"][rows] >> 16
+        nbytes = ev["bytes"][rows]
+        op, flags = _op_and_flags(category, nbytes)
+        time = ev["time"][rows]
+        latency = np.full(rows.size, UNMATCHED, np.int64)
+        done = partner[rows] >= 0
+        latency[done] = ev["time"][partner[rows][done]] - time[done]
+        pid = ev["pid"][rows]
+        q = queued_by[rows]
+        pid = np.where(q >= 0, ev["pid"][np.maximum(q, 0)], pid)
+        device = ev["device"][rows]
+        out = {
+            "ts_ns": time - self.t0,
+            "op": op,
+            "offset": ev["sector"][rows].astype(np.int64) * 512,
+            "length": nbytes.astype(np.int64),
+            "latency_ns": latency,
+            "pid": pid.astype(np.int32),
+            "flags": flags,
+            "device": device,
+        }
+        self.devices.update(np.unique(device).tolist())
+        if self.columns is None:
+            self.columns = ["ts_ns", "op", "offset", "length", "pid", "flags"]
+            if self.stats["unmatched_completions"] or np.any(done) or np.any(
+                (ev["action"] & 0xFF) == ACT_COMPLETE
+            ):
+                self.columns.append("latency_ns")
+            if len(self.devices) > 1:
+                self.columns.append("device")
+            if self.comm:
+                self.columns.append("comm")
+        elif "device" not in self.columns and len(self.devices) > 1:
+            raise TraceFormatError(
+                self.path,
+                f"a second device ({', '.join(dev_name(d) for d in sorted(self.devices))}) "
+                f"appears after the first {_WINDOW_RECORDS} records; import each device's "
+                "files separately",
+            )
+        # A write with a pre-flush is two I/Os: the flush, then the write.
+        preflush = (op == Op.WRITE) & ((category & TC_FLUSH) != 0)
+        if preflush.any():
+            repeat = np.where(preflush, 2, 1)
+            out = {name: np.repeat(values, repeat) for name, values in out.items()}
+            first = np.cumsum(repeat) - repeat
+            flush_rows = first[preflush]
+            out["op"][flush_rows] = Op.FLUSH
+            out["length"][flush_rows] = 0
+            out["offset"][flush_rows] = 0
+            out["flags"][flush_rows] &= np.uint8(Flag.SYNC)
+            self.stats["preflush_writes"] += int(preflush.sum())
+        self.stats["ios"] += len(out["ts_ns"])
+        self.stats["unmatched_ios"] += int(np.count_nonzero(out["latency_ns"] == UNMATCHED))
+        if "comm" in self.columns:
+            unique, inverse = np.unique(out["pid"], return_inverse=True)
+            names = np.array([self.comm.get(int(p)) for p in unique] + [None], dtype=object)[:-1]
+            out["comm"] = names[inverse.reshape(-1)]
+        return {name: out[name] for name in self.columns}
+
+
+def _prime(metadata, chunks):
+    """Compute the first chunk now, so input errors and metadata come from read() itself."""
+    first = next(chunks, None)
+    return metadata, (chunks if first is None else itertools.chain([first], chunks))
+
+
+def read(paths, options=None):
+    """(metadata, chunk iterator) of the I/Os in blktrace files; see the module docstring.
+
+    options: event = "issue" (D, default) or "queue" (Q) as the I/O record. latency_ns is
+    completion - event time, or -1 where no completion matched. The metadata's source
+    counts (records, ios, unmatched_ios, ...) are complete once the iterator is exhausted.
+    """
+    options = options or {}
+    files = input_files(paths if isinstance(paths, (list, tuple)) else [paths])
+    event = options.get("event") or "issue"
+    metadata = {
+        "source": {"kind": f"import:{NAME}", "files": [str(f) for f in files], "event": event},
+    }
+    matcher = _Matcher(files[0], event, metadata)
+    return _prime(metadata, matcher.chunks(_merged_blocks(files)))
+
+
+# ---------------------------------------------------------------- export
+
+
+def _category(op: np.ndarray, flags: np.ndarray, stage: str) -> np.ndarray:
+    """Category bits of each row's Q, D or C event, as the kernel sets them."""
+    cat = np.zeros(op.shape, np.uint32)
+    cat[op == Op.READ] = TC_READ
+    cat[op == Op.WRITE] = TC_WRITE
+    cat[op == Op.DISCARD] = TC_WRITE | TC_DISCARD
+    # An empty pre-flush bio is queued as a write; the flush request is issued as a read.
+    cat[op == Op.FLUSH] = (TC_WRITE if stage == "Q" else TC_READ) | TC_FLUSH
+    for bit, flag in _FLAG_BITS:
+        cat[(flags & np.uint8(flag)) != 0] |= bit
+    cat |= {"Q": TC_QUEUE, "D": TC_ISSUE | TC_FS, "C": TC_COMPLETE | TC_FS}[stage]
+    return cat
+
+
+def _note(time: int, pid: int, code: int, payload: bytes, device: int) -> bytes:
+    record = np.zeros(1, RECORD_LE)
+    record["magic"] = MAGIC | VERSION
+    record["time"] = time
+    record["action"] = (TC_NOTIFY << 16) | code
+    record["pid"] = pid
+    record["device"] = device
+    record["pdu_len"] = len(payload)
+    return record.tobytes() + payload
+
+
+def _parse_device(text) -> int:
+    if isinstance(text, int):
+        return text
+    major, _, minor = str(text).partition(",")
+    return dev_t(int(major), int(minor))
+
+
+def write(trace, out, options=None) -> None:
+    """Export `trace` (a TraceFile) as one blktrace stream at `out`: Q, D and, where the
+    trace has a latency, C events per I/O, with process and start-time notes.
+
+    options: device = "MAJ,MIN" for a trace without a device column (default 8,0).
+    The file appears whole or not at all.
+    """
+    options = options or {}
+    out = Path(out)
+    default_device = _parse_device(options.get("device") or DEFAULT_DEVICE)
+    tmp = out.with_name(f"{out.name}.{secrets.token_hex(4)}.partial")
+    start_ns = 0
+    if trace.metadata.get("start_wallclock"):
+        try:
+            start_ns = int(datetime.fromisoformat(trace.metadata["start_wallclock"]).timestamp() * 10**9)
+        except (TypeError, ValueError):
+            start_ns = 0
+    try:
+        with open(tmp, "wb") as f:
+            f.write(_note(0, 0, TN_TIMESTAMP,
+                          np.array([start_ns // 10**9, start_ns % 10**9], "<u4").tobytes(),
+                          default_device))
+            _write_events(trace, f, default_device)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write_events(trace, f, default_device):
+    wanted = [c for c in ("ts_ns", "op", "offset", "length", "latency_ns", "pid", "flags",
+                          "device", "comm") if trace.has(c)]
+    carry = np.zeros(0, RECORD_LE)  # completions due after the chunk's last issue
+    carry_cls = np.zeros(0, np.uint8)
+    named: dict[int, str] = {}
+    first_row = 0
+    sequence = 1
+    for chunk in trace.chunks(wanted):
+        n = len(chunk["ts_ns"])
+        if n == 0:
+            continue
+        offset, length = chunk["offset"], chunk["length"]
+        bad = np.flatnonzero(offset % 512)
+        if bad.size:
+            raise TraceFormatError(
+                trace.path, f"offset {offset[bad[0]]} is not a multiple of 512; blktrace "
+                "records 512-byte sectors", column="offset", row=first_row + int(bad[0]))
+        bad = np.flatnonzero(length > 0xFFFFFFFF)
+        if bad.size:
+            raise TraceFormatError(
+                trace.path, f"length {length[bad[0]]} does not fit blktrace's 32-bit bytes",
+                column="length", row=first_row + int(bad[0]))
+        ts = chunk["ts_ns"]
+        op = chunk["op"]
+        flags = chunk["flags"] if "flags" in chunk else np.zeros(n, np.uint8)
+        pid = chunk["pid"].astype(np.uint32) if "pid" in chunk else np.zeros(n, np.uint32)
+        device = chunk["device"] if "device" in chunk else np.full(n, default_device, np.uint32)
+        latency = chunk["latency_ns"] if "latency_ns" in chunk else np.full(n, -1, np.int64)
+        done = latency >= 0
+        parts, classes = [carry], [carry_cls]
+        for stage, cls, rows, time in (("Q", 1, slice(None), ts), ("D", 2, slice(None), ts),
+                                       ("C", 3, done, ts[done] + latency[done])):
+            records = np.zeros(len(time), RECORD_LE)
+            records["magic"] = MAGIC | VERSION
+            records["time"] = time
+            records["sector"] = offset[rows] // 512
+            records["bytes"] = length[rows]
+            code = {"Q": ACT_QUEUE, "D": ACT_ISSUE, "C": ACT_COMPLETE}[stage]
+            records["action"] = (_category(op[rows], flags[rows], stage) << 16) | code
+            records["pid"] = pid[rows]
+            records["device"] = device[rows]
+            parts.append(records)
+            classes.append(np.full(len(time), cls, np.uint8))
+        records = np.concatenate(parts)
+        cls = np.concatenate(classes)
+        order = np.lexsort((cls, records["time"]))
+        records, cls = records[order], cls[order]
+        due = int(np.searchsorted(records["time"], ts[-1], "right"))
+        records, carry, carry_cls = records[:due], records[due:], cls[due:]
+        records["sequence"] = _sequence(sequence, len(records))
+        sequence += len(records)
+        notes = _process_notes(chunk, named, device)
+        if not notes:
+            f.write(records.tobytes())
+        else:
+            # A process note goes just before the first event of its pid.
+            at = 0
+            for time, p, name, dev in notes:
+                where = int(np.searchsorted(records["time"], time, "left"))
+                f.write(records[at:where].tobytes())
+                at = where
+                f.write(_note(time, p, TN_PROCESS, name.encode()[:15].ljust(16, b"\0"), dev))
+            f.write(records[at:].tobytes())
+        first_row += n
+    if len(carry):
+        carry["sequence"] = _sequence(sequence, len(carry))
+        f.write(carry.tobytes())
+
+
+def _sequence(start: int, count: int) -> np.ndarray:
+    return (np.arange(start, start + count, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32)
+
+
+def _process_notes(chunk, named, device) -> list:
+    """(time, pid, comm, device) for each pid whose name is new or changed in this chunk."""
+    if "comm" not in chunk or "pid" not in chunk:
+        return []
+    pids, first = np.unique(chunk["pid"], return_index=True)
+    notes = []
+    for p, i in zip(pids.tolist(), first.tolist()):
+        name = chunk["comm"][i]
+        if name is not None and named.get(p) != name:
+            named[p] = name
+            notes.append((int(chunk["ts_ns"][i]), p, name, int(device[i])))
+    notes.sort()
+    return notes
