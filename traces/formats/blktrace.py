@@ -171,8 +171,10 @@ def _file_blocks(path: Path):
         while True:
             try:
                 data = f.read(_BLOCK_BYTES)
-            except (OSError, EOFError) as e:
-                raise TraceFormatError(path, f"byte offset {consumed + len(carry)}: cannot read ({e})") from None
+            except Exception as e:  # OSError, EOFError, LZMAError, ZstdError: a damaged input
+                raise TraceFormatError(
+                    path, f"byte offset {consumed + len(carry)}: cannot read ({e})"
+                ) from None
             buf = carry + data if carry else data
             if not buf:
                 return
@@ -199,6 +201,12 @@ def _file_blocks(path: Path):
 
 
 def _byte_order(path, buf: bytes):
+    if len(buf) < 4 and any(
+        (MAGIC | VERSION).to_bytes(4, order).startswith(buf) for order in ("little", "big")
+    ):
+        raise TraceFormatError(
+            path, f"byte offset 0: truncated record ({len(buf)} bytes); the file is cut short"
+        )
     for big, order, dtype in ((False, "little", RECORD_LE), (True, "big", RECORD_BE)):
         magic = int.from_bytes(buf[:4], order)
         if (magic & 0xFFFFFF00) == MAGIC:
@@ -300,7 +308,11 @@ def _merged_blocks(files: list[Path]):
             parts.append(_take(p, slice(0, n)))
             pending[i] = _take(p, slice(n, None))
         merged = _concat(parts)
-        order = np.argsort(merged["time"], kind="stable")
+        # At equal times from different CPUs: queue events first, completions last, as a
+        # request's life goes.
+        code = merged["action"] & 0xFF
+        stage = np.where(code == ACT_QUEUE, 0, np.where(code == ACT_COMPLETE, 2, 1))
+        order = np.lexsort((stage, merged["time"]))
         yield _take(merged, order), notes
 
 
@@ -634,6 +646,7 @@ def _write_events(trace, f, default_device):
                           "device", "comm") if trace.has(c)]
     carry = np.zeros(0, RECORD_LE)  # completions due after the chunk's last issue
     carry_cls = np.zeros(0, np.uint8)
+    carry_row = np.zeros(0, np.int64)
     named: dict[int, str] = {}
     first_row = 0
     sequence = 1
@@ -659,7 +672,7 @@ def _write_events(trace, f, default_device):
         device = chunk["device"] if "device" in chunk else np.full(n, default_device, np.uint32)
         latency = chunk["latency_ns"] if "latency_ns" in chunk else np.full(n, -1, np.int64)
         done = latency >= 0
-        parts, classes = [carry], [carry_cls]
+        parts, classes, row_numbers = [carry], [carry_cls], [carry_row]
         for stage, cls, rows, time in (("Q", 1, slice(None), ts), ("D", 2, slice(None), ts),
                                        ("C", 3, done, ts[done] + latency[done])):
             records = np.zeros(len(time), RECORD_LE)
@@ -673,12 +686,16 @@ def _write_events(trace, f, default_device):
             records["device"] = device[rows]
             parts.append(records)
             classes.append(np.full(len(time), cls, np.uint8))
+            row_numbers.append(first_row + np.arange(n)[rows])
         records = np.concatenate(parts)
         cls = np.concatenate(classes)
-        order = np.lexsort((cls, records["time"]))
-        records, cls = records[order], cls[order]
+        row = np.concatenate(row_numbers)
+        # Time order; at equal times each I/O's Q then D, then the completions, so that the
+        # reader pairs every D with its own Q and never sees a C before its D.
+        order = np.lexsort((cls, row, cls == 3, records["time"]))
+        records, cls, row = records[order], cls[order], row[order]
         due = int(np.searchsorted(records["time"], ts[-1], "right"))
-        records, carry, carry_cls = records[:due], records[due:], cls[due:]
+        records, carry, carry_cls, carry_row = records[:due], records[due:], cls[due:], row[due:]
         records["sequence"] = _sequence(sequence, len(records))
         sequence += len(records)
         notes = _process_notes(chunk, named, device)
