@@ -140,6 +140,10 @@ def _parse(path, number, line):
                 raise ValueError
     except ValueError:
         raise bad("cannot read 'sector + blocks'") from None
+    if nblocks == 0:
+        # blkparse prints no sector for an empty Q or D (a flush) but does for its C: drop it
+        # everywhere so the three still pair up.
+        sector = 0
     stage = {"Q": blktrace.TC_QUEUE, "D": blktrace.TC_ISSUE, "C": blktrace.TC_COMPLETE}
     category |= stage.get(action, 0)
     comm = ""
