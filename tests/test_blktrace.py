@@ -469,16 +469,20 @@ def test_write_with_preflush_becomes_a_flush_then_the_write(tmp_path):
 # ---------------------------------------------------------------- kernels against references
 
 
-def _match_reference(kind, device, sector, nbytes):
-    waiting, last_queue = {}, {}
+def _match_reference(kind, device, sector, nbytes, queue_slots):
+    """Dicts and lists; the recent-Q table is direct-mapped in the kernel too, so it is here."""
+    waiting, recent_q = {}, {}
     partner = [-1] * len(kind)
     queued_by = [-1] * len(kind)
     for i, k in enumerate(kind):
         key = (device[i], sector[i], nbytes[i])
+        slot = int(blktrace._hash(device[i], sector[i], 0)) % queue_slots
         if k == 3:
-            last_queue[(device[i], sector[i])] = i
+            recent_q[slot] = i
         elif k == 1:
-            queued_by[i] = last_queue.get((device[i], sector[i]), -1)
+            j = recent_q.get(slot, -1)
+            if j >= 0 and (device[j], sector[j]) == (device[i], sector[i]):
+                queued_by[i] = j
             waiting.setdefault(key, []).append(i)
         elif k == 2 and waiting.get(key):
             j = waiting[key].pop(0)
@@ -486,14 +490,18 @@ def _match_reference(kind, device, sector, nbytes):
     return partner, queued_by
 
 
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1), st.integers(0, 3), st.integers(0, 2)), max_size=200))
-@settings(max_examples=200, deadline=None)
-def test_match_kernel_agrees_with_reference(events):
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 1, 1, 2, 2, 3]), st.integers(0, 1),
+                          st.integers(0, 1 << 40), st.integers(0, 2)), max_size=6000),
+       st.integers(0, 30), st.sampled_from([4, 1 << 16]))
+@settings(max_examples=150, deadline=None)
+def test_match_kernel_agrees_with_reference(events, sectors, queue_slots):
+    # Few distinct sectors make repeated keys; thousands of events make the table grow.
     kind, device, sector, nbytes = (np.array(x) for x in zip(*events)) if events else [np.array([], int)] * 4
     kind = kind.astype(np.uint8)
+    sector = sector % (sectors + 1) if sectors else sector
     device, sector, nbytes = device.astype(np.uint32), sector.astype(np.uint64), nbytes.astype(np.uint32)
-    partner, queued_by = blktrace._match(kind, device, sector, nbytes, 1 << 10)
-    ref_partner, ref_queued = _match_reference(kind.tolist(), device.tolist(), sector.tolist(), nbytes.tolist())
+    partner, queued_by = blktrace._match(kind, device, sector, nbytes, queue_slots)
+    ref_partner, ref_queued = _match_reference(kind.tolist(), device.tolist(), sector.tolist(), nbytes.tolist(), queue_slots)
     assert partner.tolist() == ref_partner
     assert queued_by.tolist() == ref_queued
 
