@@ -517,3 +517,30 @@ def test_scan_kernel_agrees_with_reference(pdu_lens, tail):
     assert offsets.tolist() == expected[:-1]
     assert end == expected[-1]
     assert bad == -1
+
+
+@given(st.lists(st.tuples(st.integers(0, 0xFFFF), st.integers(0, 0xFF), st.sampled_from([0, 4096])), max_size=300),
+       st.sampled_from([blktrace.ACT_ISSUE, blktrace.ACT_QUEUE]))
+@settings(max_examples=100, deadline=None)
+def test_classify_and_op_kernels_agree_with_numpy(records, io_code):
+    category, code, nbytes = (np.array(x, np.uint32) for x in zip(*records)) if records else [np.array([], np.uint32)] * 3
+    action = (category << 16) | code
+    # NumPy references written from the named category bits.
+    op = np.full(len(action), Op.READ, np.uint8)
+    op[(category & blktrace.TC_WRITE) != 0] = Op.WRITE
+    op[((category & blktrace.TC_FLUSH) != 0) & (nbytes == 0)] = Op.FLUSH
+    op[(category & blktrace.TC_DISCARD) != 0] = Op.DISCARD
+    flags = np.zeros(len(action), np.uint8)
+    for bit, flag in blktrace._FLAG_BITS:
+        flags[(category & bit) != 0] |= np.uint8(flag)
+    got_op, got_flags = blktrace._op_and_flags(action, nbytes)
+    assert np.array_equal(got_op, op) and np.array_equal(got_flags, flags)
+    plain = (category & blktrace.TC_NOTIFY) == 0
+    has_data = (nbytes != 0) | ((category & blktrace.TC_FLUSH) != 0)
+    kind = np.zeros(len(action), np.uint8)
+    kind[(code == blktrace.ACT_COMPLETE) & has_data & plain] = 2
+    if io_code == blktrace.ACT_ISSUE:
+        kind[(code == blktrace.ACT_QUEUE) & plain] = 3
+    kind[(code == io_code) & has_data & plain] = 1
+    kind[(code == io_code) & ~has_data & plain] = 0
+    assert np.array_equal(blktrace._classify(action, nbytes, io_code, io_code == blktrace.ACT_ISSUE), kind)
