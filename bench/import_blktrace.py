@@ -5,7 +5,7 @@ IOPS with latencies), as one merged stream and split into 2 per-CPU files.
 How to read it: each decode runs in a fresh Python process that iterates every chunk of
 blktrace.read() (decode, merge, completion matching, rows) and writes nothing; "records/s" is
 blktrace records (not I/Os) over that process's wall time for the read, Numba compilation
-excluded (it is warmed on a tiny file first). "peak RSS" is the process's ru_maxrss and
+excluded (it is warmed on a tiny file first). "peak RSS" is the process's VmHWM and
 "after imports" its RSS before reading: memory is bounded if peak stays flat as files grow.
 Goal (issue 3): >= 20M records/s on this 2-core machine.
 """
@@ -64,13 +64,18 @@ def split_per_cpu(path: Path, prefix: Path, cpus=2):
 
 
 _WORKER = r"""
-import json, resource, sys, time
+import json, sys, time
 from traces.formats import blktrace
+def hwm_kib():
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent process.
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
 paths = sys.argv[1:]
 metadata, chunks = blktrace.read([sys.argv[-1] + ".warm"], {})
 for _ in chunks:
     pass
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = hwm_kib()
 t0 = time.perf_counter()
 metadata, chunks = blktrace.read(paths[:-1], {})
 rows = 0
@@ -79,7 +84,7 @@ for chunk in chunks:
 wall = time.perf_counter() - t0
 print(json.dumps({"wall_s": wall, "rows": rows, "records": metadata["source"]["records"],
                   "unmatched_ios": metadata["source"]["unmatched_ios"],
-                  "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "maxrss_kib": hwm_kib(),
                   "maxrss_before_kib": before}))
 """
 

@@ -582,23 +582,26 @@ class _Matcher:
             self.devices.add(int(device[0]))
         else:
             self.devices.update(np.unique(device).tolist())
-        if self.columns is None:
+        self.seen_completions = getattr(self, "seen_completions", False) or bool(
+            np.any((ev["action"] & 0xFF) == ACT_COMPLETE))
+        if self.columns is None and rows.size:
+            # The columns are chosen with the first rows and kept for every chunk.
             self.columns = ["ts_ns", "op", "offset", "length", "pid", "flags"]
-            if self.stats["unmatched_completions"] or np.any(done) or np.any(
-                (ev["action"] & 0xFF) == ACT_COMPLETE
-            ):
+            if self.seen_completions:
                 self.columns.append("latency_ns")
             if len(self.devices) > 1:
                 self.columns.append("device")
             if self.comm:
                 self.columns.append("comm")
-        elif "device" not in self.columns and len(self.devices) > 1:
+        elif self.columns is not None and "device" not in self.columns and len(self.devices) > 1:
             raise TraceFormatError(
                 self.path,
                 f"a second device ({', '.join(dev_name(d) for d in sorted(self.devices))}) "
                 f"appears after the first {_WINDOW_RECORDS} records; import each device's "
                 "files separately",
             )
+        if self.columns is None:
+            return None
         # A write with a pre-flush is two I/Os: the flush, then the write.
         preflush = (op == Op.WRITE) & ((category & TC_FLUSH) != 0)
         if preflush.any():
@@ -617,7 +620,7 @@ class _Matcher:
             unique, inverse = np.unique(out["pid"], return_inverse=True)
             names = np.array([self.comm.get(int(p)) for p in unique] + [None], dtype=object)[:-1]
             out["comm"] = names[inverse.reshape(-1)]
-        return {name: out[name] for name in self.columns}
+        return {name: out[name] for name in self.columns} if self.columns else None
 
 
 def _prime(metadata, chunks):
