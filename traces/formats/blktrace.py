@@ -312,7 +312,9 @@ def _merged_blocks(files: list[Path]):
         # request's life goes.
         code = merged["action"] & 0xFF
         stage = np.where(code == ACT_QUEUE, 0, np.where(code == ACT_COMPLETE, 2, 1))
-        order = np.lexsort((stage, merged["time"]))
+        # One int64 key, stable: timsort finds the per-file runs (lexsort took 3x as long).
+        key = (merged["time"] - merged["time"].min()) * 4 + stage
+        order = np.argsort(key, kind="stable")
         yield _take(merged, order), notes
 
 
