@@ -122,6 +122,14 @@ class OpStats:
         self.workload.merge(other.workload)
 
 
+def warm_up():
+    """Load (or compile) the Numba kernels now: the first `add` otherwise spends ~0.3 s of CPU
+    in the middle of a replay, on cores the engine and the kernel's I/O workers need."""
+    chunk = {name: np.zeros(1, dtype=np.int64) for name in _COLUMNS}
+    chunk["op"] = np.zeros(1, dtype=np.uint8)
+    RunSummary().add(chunk)
+
+
 class RunSummary:
     """Accumulates result chunks into per-op and run-level figures.
 

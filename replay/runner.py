@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from analysis.summary import RunSummary
+from analysis.summary import warm_up as summary_warm_up
 from replay import __version__, remap
 from replay.errors import EngineUnavailable, ReplayError
 from replay.targets import Target, check_safe_to_write, inspect_target, scratch_target
@@ -180,6 +181,7 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
 
 def _run(tf, tgt, mapping, scan, options, output, writes, progress, notices) -> RunOutcome:
     buf_length = max(4096, -(-scan.max_length // 4096) * 4096 + 2 * tgt.logical_block_size)
+    summary_warm_up()
     reps, engine, direct = _start_engines(tgt, options, writes, buf_length, notices)
     metadata = {
         "name": tf.metadata.get("name", tf.path.stem),
