@@ -559,3 +559,30 @@ def test_identity_holds_across_small_windows(columns, window, event):
     for name, values in columns.items():
         assert np.array_equal(back[name], values), name
     assert metadata["source"]["unmatched_ios"] == 0
+
+
+@given(st.integers(0, 200), st.integers(0, 2**32))
+@settings(max_examples=50, deadline=None)
+def test_row_columns_kernel_agrees_with_numpy(n, seed):
+    rng = np.random.default_rng(seed)
+    time = np.sort(rng.integers(0, 10**12, n)).astype(np.int64)
+    sector = rng.integers(0, 1 << 40, n).astype(np.uint64)
+    nbytes = rng.integers(0, 1 << 31, n).astype(np.uint32)
+    pid = rng.integers(0, 1 << 31, n).astype(np.uint32)
+    device = rng.integers(0, 1 << 32, n).astype(np.uint32)
+    partner = np.where(rng.random(n) < 0.8, rng.integers(0, max(n, 1), n), -1).astype(np.int64)
+    queued_by = np.where(rng.random(n) < 0.5, rng.integers(0, max(n, 1), n), -1).astype(np.int64)
+    rows = np.flatnonzero(rng.random(n) < 0.5)
+    t0 = int(time[0]) if n else 0
+    got = blktrace._row_columns(rows, partner, queued_by, time, sector, nbytes, pid, device, t0)
+    p, q = partner[rows], queued_by[rows]
+    expected = (
+        time[rows] - t0,
+        sector[rows].astype(np.int64) * 512,
+        nbytes[rows].astype(np.int64),
+        np.where(p >= 0, time[np.maximum(p, 0)] - time[rows], blktrace.UNMATCHED),
+        np.where(q >= 0, pid[np.maximum(q, 0)], pid[rows]).astype(np.int32),
+        device[rows],
+    )
+    for a, b in zip(got, expected):
+        assert a.dtype == b.dtype and np.array_equal(a, b)

@@ -478,6 +478,30 @@ def _op_and_flags(action, nbytes):
     return op, flags
 
 
+@numba.njit(cache=True, nogil=True)
+def _row_columns(rows, partner, queued_by, time, sector, nbytes, pid, device, t0):
+    """The numeric row columns of the I/O events at `rows`, in one pass (NumPy's fancy
+    indexing and arithmetic made ten)."""
+    n = rows.size
+    ts = np.empty(n, np.int64)
+    offset = np.empty(n, np.int64)
+    length = np.empty(n, np.int64)
+    latency = np.empty(n, np.int64)
+    out_pid = np.empty(n, np.int32)
+    out_device = np.empty(n, np.uint32)
+    for k in range(n):
+        i = rows[k]
+        ts[k] = time[i] - t0
+        offset[k] = np.int64(sector[i]) * 512
+        length[k] = nbytes[i]
+        c = partner[i]
+        latency[k] = time[c] - time[i] if c >= 0 else -1
+        q = queued_by[i]
+        out_pid[k] = np.int32(pid[q] if q >= 0 else pid[i])
+        out_device[k] = device[i]
+    return ts, offset, length, latency, out_pid, out_device
+
+
 class _Matcher:
     """Turns a time-ordered stream of event blocks into chunks of I/O rows.
 
@@ -558,28 +582,14 @@ class _Matcher:
         return self._rows(ev, rows, partner, queued_by), carry
 
     def _rows(self, ev, rows, partner, queued_by):
+        ts, offset, length, latency, pid, device = _row_columns(
+            rows, partner, queued_by, ev["time"], ev["sector"], ev["bytes"], ev["pid"],
+            ev["device"], self.t0)
         action = ev["action"][rows]
         category = action >> 16
-        nbytes = ev["bytes"][rows]
-        op, flags = _op_and_flags(action, nbytes)
-        time = ev["time"][rows]
-        latency = np.full(rows.size, UNMATCHED, np.int64)
-        done = partner[rows] >= 0
-        latency[done] = ev["time"][partner[rows][done]] - time[done]
-        pid = ev["pid"][rows]
-        q = queued_by[rows]
-        pid = np.where(q >= 0, ev["pid"][np.maximum(q, 0)], pid)
-        device = ev["device"][rows]
-        out = {
-            "ts_ns": time - self.t0,
-            "op": op,
-            "offset": ev["sector"][rows].astype(np.int64) * 512,
-            "length": nbytes.astype(np.int64),
-            "latency_ns": latency,
-            "pid": pid.astype(np.int32),
-            "flags": flags,
-            "device": device,
-        }
+        op, flags = _op_and_flags(action, ev["bytes"][rows])
+        out = {"ts_ns": ts, "op": op, "offset": offset, "length": length,
+               "latency_ns": latency, "pid": pid, "flags": flags, "device": device}
         if len(device) and device.min() == device.max():
             self.devices.add(int(device[0]))
         else:
