@@ -586,3 +586,15 @@ def test_row_columns_kernel_agrees_with_numpy(n, seed):
     )
     for a, b in zip(got, expected):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@given(st.integers(0, 300), st.integers(0, 2**32))
+@settings(max_examples=30, deadline=None)
+def test_split_kernel_agrees_with_astype(n, seed):
+    raw = np.random.default_rng(seed).integers(0, 256, n * 48, dtype=np.uint8)
+    records = raw.view(blktrace.RECORD_LE)
+    names = ("time", "sector", "bytes", "action", "pid", "device")
+    got = blktrace._split(*(records[name] for name in names))
+    for name, values in zip(names, got):
+        expected = records[name].astype(np.int64 if name == "time" else records[name].dtype.newbyteorder("="))
+        assert values.dtype == expected.dtype and np.array_equal(values, expected), name
