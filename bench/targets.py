@@ -71,3 +71,166 @@ def target(kind: str, size: int = 2 * GIB, span: int = GIB):
     make = {"loop": loop_device, "zram": zram_device}[kind]
     with make(size=size, span=span) as dev:
         yield dev
+
+
+# ---- two drives on one machine: a fast one in memory, a slow one throttled ------------------
+
+SHM = "/dev/shm"
+
+
+@contextlib.contextmanager
+def shm_loop_device(size: int = 2 * GIB, span: int = GIB, directory: str = SHM):
+    """The "fast drive": a loop device over a file in /dev/shm (memory), written over `span`.
+
+    Direct I/O to the backing file where tmpfs accepts it (kernels >= 6.6), buffered otherwise;
+    either way every block it serves is in RAM, so only the loop driver's cost is left.
+    """
+    fd, backing = tempfile.mkstemp(prefix="tracereplay-fast-", suffix=".img", dir=directory)
+    os.close(fd)
+    dev = None
+    try:
+        os.truncate(backing, size)
+        prewrite(backing, span)
+        try:
+            dev = _run("losetup", "--find", "--show", "--direct-io=on", backing)
+        except subprocess.CalledProcessError:
+            dev = _run("losetup", "--find", "--show", backing)
+        yield dev
+    finally:
+        if dev:
+            subprocess.run(["losetup", "-d", dev], check=False)
+        Path(backing).unlink(missing_ok=True)
+
+
+def _cgroup_mounts() -> tuple[str | None, str | None]:
+    """(cgroup v2 mount where the io controller is available, cgroup v1 blkio mount): either
+    may be None. On hybrid hosts the io controller lives in exactly one of the two."""
+    v2 = v1 = None
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _, where, fstype, opts, *_ = line.split()
+        if fstype == "cgroup2":
+            controllers = Path(where, "cgroup.controllers")
+            if controllers.exists() and "io" in controllers.read_text().split():
+                v2 = where
+        elif fstype == "cgroup" and "blkio" in opts.split(","):
+            v1 = where
+    return v2, v1
+
+
+def _maj_min(device: str) -> str:
+    st = os.stat(device)
+    return f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+
+
+class Throttle:
+    """A private block cgroup that limits one device for the processes that join it.
+
+    `kind` says which interface does the limiting: "io.max" (cgroup v2) or "blkio.throttle"
+    (cgroup v1, on hybrid hosts where blkio is still bound to v1). `limits` is what was set.
+    """
+
+    def __init__(self, path: Path, kind: str, device: str, limits: dict):
+        self.path, self.kind, self.device, self.limits = path, kind, device, limits
+
+    def join(self, pid: int = 0) -> None:
+        """Move process `pid` (0: the calling one), with all its threads, into the group.
+        Join before the process opens its io_uring: io-wq workers are made in the cgroup of the
+        task that makes them, and the throttle charges the task that submits the bio."""
+        Path(self.path, "cgroup.procs").write_text(str(pid or os.getpid()))
+
+    def popen_kwargs(self) -> dict:
+        """Keyword arguments for subprocess.run/Popen that start the child inside the group."""
+        procs = str(Path(self.path, "cgroup.procs"))
+
+        def enter():
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+
+        return {"preexec_fn": enter}
+
+    def run(self, cmd, **kwargs) -> subprocess.CompletedProcess:
+        """subprocess.run(cmd) with the child inside the group from its first instruction."""
+        return subprocess.run(cmd, **kwargs, **self.popen_kwargs())
+
+    def serviced(self) -> dict:
+        """I/Os the group has had serviced on the device, from the controller's own counters:
+        {"read": n, "write": n}, or {} where the kernel does not count them."""
+        if self.kind == "io.max":
+            for line in Path(self.path, "io.stat").read_text().splitlines():
+                dev, *pairs = line.split()
+                if dev == _maj_min(self.device):
+                    kv = dict(p.split("=") for p in pairs)
+                    return {"read": int(kv.get("rios", 0)), "write": int(kv.get("wios", 0))}
+            return {}
+        out = {}
+        for line in Path(self.path, "blkio.throttle.io_serviced").read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == _maj_min(self.device) and parts[1] in ("Read", "Write"):
+                out[parts[1].lower()] = int(parts[2])
+        return out
+
+
+@contextlib.contextmanager
+def throttle_group(device: str, *, riops: int | None = None, wiops: int | None = None,
+                   rbps: int | None = None, wbps: int | None = None):
+    """A private cgroup that throttles `device` to the given IOPS and bytes/s (None: no limit).
+
+    cgroup v2's io.max where the io controller is on the v2 hierarchy, else cgroup v1's
+    blkio.throttle.*_device files. Processes join with Throttle.join / popen_kwargs. At the
+    end, any process still inside is moved back to the hierarchy's root and the group removed.
+    """
+    if os.geteuid() != 0:
+        raise RuntimeError("throttling a device needs root (it writes to the cgroup filesystem)")
+    v2, v1 = _cgroup_mounts()
+    limits = {k: v for k, v in dict(riops=riops, wiops=wiops, rbps=rbps, wbps=wbps).items() if v}
+    majmin = _maj_min(device)
+    if v2:
+        root, kind = Path(v2), "io.max"
+    elif v1:
+        root, kind = Path(v1), "blkio.throttle"
+    else:
+        raise RuntimeError("no block cgroup controller is mounted (neither cgroup v2's io nor "
+                           "cgroup v1's blkio); mount one to make a throttled drive")
+    group = root / f"tracereplay-throttle-{os.getpid()}-{majmin.replace(':', '-')}"
+    group.mkdir()
+    try:
+        if kind == "io.max":
+            control = root / "cgroup.subtree_control"
+            if "io" not in control.read_text().split():
+                control.write_text("+io")
+            spec = " ".join(f"{k}={v}" for k, v in limits.items())
+            Path(group, "io.max").write_text(f"{majmin} {spec}")
+        else:
+            files = {"riops": "read_iops_device", "wiops": "write_iops_device",
+                     "rbps": "read_bps_device", "wbps": "write_bps_device"}
+            for key, value in limits.items():
+                Path(group, f"blkio.throttle.{files[key]}").write_text(f"{majmin} {value}")
+        yield Throttle(group, kind, device, limits)
+    finally:
+        for pid in Path(group, "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):  # it may have exited meanwhile
+                Path(root, "cgroup.procs").write_text(pid)
+        group.rmdir()
+
+
+@contextlib.contextmanager
+def slow_loop_device(size: int = 2 * GIB, span: int = GIB, *, riops: int = 2000,
+                     wiops: int = 2000, rbps: int | None = 64 * MIB, wbps: int | None = 64 * MIB,
+                     directory: str = "/var/tmp"):
+    """The "slow drive": a direct-I/O loop device over a file on the local disk, throttled by
+    a private block cgroup. Yields (device, Throttle): only processes that join the Throttle
+    are limited."""
+    with loop_device(size=size, span=span, directory=directory) as dev, \
+            throttle_group(dev, riops=riops, wiops=wiops, rbps=rbps, wbps=wbps) as throttle:
+        yield dev, throttle
+
+
+@contextlib.contextmanager
+def drive_pair(size: int = 512 * MIB, span: int | None = None, **slow_limits):
+    """Two targets of equal size that behave like different drives: yields (fast, slow,
+    throttle) where fast is a loop device over /dev/shm and slow a throttled loop device over
+    the local disk (`slow_limits` as for slow_loop_device)."""
+    span = size if span is None else span
+    with shm_loop_device(size=size, span=span) as fast, \
+            slow_loop_device(size=size, span=span, **slow_limits) as (slow, throttle):
+        yield fast, slow, throttle
