@@ -1,0 +1,152 @@
+"""Opening results: real files made by the replayer (null engine), a results set laid out as
+`replay bench` writes it, and every kind of bad input giving one ResultsError sentence."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from analysis.results import Results, ResultsError, ResultsSet, load
+from replay.runner import RunOptions, replay
+from traces.schema import Op
+from traces.trace import read_trace, write_trace
+
+
+def _interrupt_after(calls):
+    seen = [0]
+
+    def progress(done, total, elapsed):
+        seen[0] += 1
+        if seen[0] == calls:
+            raise KeyboardInterrupt
+
+    return progress
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    """Real results files: demo at 20x (original timing), demo closed-loop, an interrupted run."""
+    d = tmp_path_factory.mktemp("results")
+    timed = replay("demo", None, RunOptions(engine="null", speed=20), output=d / "timed.parquet")
+    afap = replay("demo", None, RunOptions(engine="null", afap=True), output=d / "afap.parquet")
+    cut = replay("demo", None, RunOptions(engine="null", afap=True, chunk_rows=4096),
+                 output=d / "cut.parquet", progress=_interrupt_after(2))
+    assert cut.interrupted
+    return {"timed": timed.output, "afap": afap.output, "cut": cut.output, "dir": d}
+
+
+def test_results_file_exposes_metadata_and_rows(runs):
+    r = load(runs["timed"])
+    assert isinstance(r, Results)
+    cols, meta = read_trace(runs["timed"])
+    assert r.name == "demo" == meta["name"]
+    assert r.rows == len(cols["op"]) > 1000
+    assert r.target["kind"] == "null"
+    assert r.run["mode"] == "original" and r.speed == 20 and not r.closed_loop
+    assert r.interrupted is False
+    assert r.role is None and r.parameters is None
+    seen = sum(len(c["op"]) for c in r.chunks(["op"], rows=1000))
+    assert seen == r.rows
+    assert load(runs["afap"]).closed_loop
+
+
+def test_summary_streamed_matches_the_one_stored_at_the_end_of_the_run(runs):
+    r = load(runs["timed"])
+    stored = r.metadata["summary"]["tracereplay"]
+    rebuilt = r.summary.to_dict()["tracereplay"]
+    for key in ("total_ios", "io_bytes", "duration_ns", "errors"):
+        assert rebuilt[key] == stored[key], key
+    assert rebuilt["all"]["clat_ns"]["percentile"] == stored["all"]["clat_ns"]["percentile"]
+    assert r.summary_dict == r.metadata["summary"]
+    cols, _ = read_trace(runs["timed"])
+    assert r.summary.ops[Op.READ].ios == int(np.count_nonzero(cols["op"] == Op.READ))
+
+
+def test_interrupted_run_is_marked(runs):
+    r = load(runs["cut"])
+    assert r.interrupted is True
+    assert 0 < r.rows < load(runs["afap"]).rows
+
+
+def _make_set(root, made, **changes):
+    root.mkdir()
+    entries = []
+    for name, key, role in (("fill", "afap", "precondition"), ("r70-qd32", "timed", "measure")):
+        shutil.copy(made[key], root / f"{name}.parquet")
+        entries.append({"name": name, "file": f"{name}.parquet", "role": role,
+                        "parameters": {"read_share": 0.7, "qd": 32}, "interrupted": False,
+                        "summary": {}})
+    doc = {"format": "tracereplay-results-set", "version": 1, "test": "mix",
+           "target": {"path": "/dev/null", "kind": "null"}, "started": "", "finished": "",
+           "interrupted": False, "options": {}, "runs": entries,
+           "scores": {"iops_70_30_qd32": 1234.0, "table": []}}
+    doc.update(changes)
+    (root / "results.json").write_text(json.dumps(doc))
+    return root
+
+
+def test_results_set_lists_runs_with_roles(runs, tmp_path):
+    root = _make_set(tmp_path / "set", runs)
+    s = load(root)
+    assert isinstance(s, ResultsSet)
+    assert s.test == "mix" and s.scores["iops_70_30_qd32"] == 1234.0
+    assert [r.role for r in s.runs] == ["precondition", "measure"]
+    assert [r.run_name for r in s.measured()] == ["r70-qd32"]
+    assert s.runs[1].parameters == {"read_share": 0.7, "qd": 32}
+    assert s.runs[1].rows == load(runs["timed"]).rows
+    assert s.interrupted is False
+    assert isinstance(load(root / "results.json"), ResultsSet)
+
+
+def test_results_set_with_an_interrupted_run_is_interrupted(runs, tmp_path):
+    root = _make_set(tmp_path / "set", runs)
+    shutil.copy(runs["cut"], root / "fill.parquet")
+    assert load(root).interrupted is True
+
+
+@pytest.mark.parametrize("case, words", [
+    ("missing", "no such file or directory"),
+    ("trace", "a trace, not the results"),
+    ("garbage", "not a results file"),
+    ("empty", "holds no I/Os"),
+    ("bare_dir", "without results.json"),
+    ("bad_json", "not readable as JSON"),
+    ("not_a_set", "not a tracereplay results set"),
+    ("no_runs", "lists no runs"),
+    ("missing_run", "does not exist"),
+])
+def test_bad_input_is_one_clear_sentence(case, words, runs, tmp_path):
+    path = tmp_path / "x.parquet"
+    if case == "trace":
+        path = tmp_path / "t.parquet"
+        write_trace(path, {"ts_ns": np.array([0], np.int64), "op": np.array([0], np.uint8),
+                           "offset": np.array([0], np.int64), "length": np.array([4096], np.int64)},
+                    {"name": "t"})
+    elif case == "garbage":
+        path.write_bytes(b"PAR1 this is not parquet")
+    elif case == "empty":
+        trace = tmp_path / "empty.parquet"
+        write_trace(trace, {"ts_ns": np.zeros(0, np.int64), "op": np.zeros(0, np.uint8),
+                            "offset": np.zeros(0, np.int64), "length": np.zeros(0, np.int64)},
+                    {"name": "empty"})
+        path = replay(trace, None, RunOptions(engine="null"), output=tmp_path / "e.parquet").output
+    elif case == "bare_dir":
+        path = tmp_path / "d"
+        path.mkdir()
+    elif case == "bad_json":
+        path = tmp_path / "d"
+        path.mkdir()
+        (path / "results.json").write_text("{\"format\": ")
+    elif case == "not_a_set":
+        path = _make_set(tmp_path / "d", runs, format="something-else")
+    elif case == "no_runs":
+        path = _make_set(tmp_path / "d", runs, runs=[])
+    elif case == "missing_run":
+        path = _make_set(tmp_path / "d", runs)
+        (path / "fill.parquet").unlink()
+    with pytest.raises(ResultsError) as info:
+        load(path)
+    message = str(info.value)
+    assert words in message
+    assert str(path) in message or str(path / "results.json") in message
+    assert "\n" not in message
