@@ -1,0 +1,52 @@
+"""Recipe `blob`: a SharePoint-like document store (files for the bodies, SQLite for the
+index), populated first, then its mixed GET/PUT/DELETE phase captured on DEVICE.
+
+The load runs as its own process (`python -m traces.capture.recipes.blob_load`) inside the
+memory cgroup, so reads of blobs that are not hot reach the device.
+"""
+import sqlite3
+import sys
+
+from traces.capture.recipes import blob_load
+from traces.capture.recipes.common import GIB, MIB, Session, parse_knobs
+from traces.capture.recipes.common import run as sh
+
+DESCRIPTION = ("A SharePoint-like BLOB store: bodies of 64 KiB to 8 MiB (median 256 KiB, "
+               "incompressible) in files, metadata in SQLite (WAL, synchronous=FULL); 80 % GET "
+               "skewed to recent and popular blobs, 15 % PUT made durable (fsync, rename, "
+               "directory fsync, commit), 5 % DELETE.")
+
+KNOBS = {
+    "duration": (float, 60.0, "Seconds of mixed load to capture."),
+    "clients": (int, 4, "Client processes, each with its own SQLite connection."),
+    "rate": (float, 200.0, "Operations per second over all clients (Poisson arrivals)."),
+    "populate_mb": (int, 2048, "MiB of blobs stored before the capture; keep it above the memory limit."),
+    "memory_mb": (int, 256, "Memory cgroup limit for the load, MiB."),
+    "seed": (int, 1, "Seed of the blob sizes, contents and choices."),
+    "fs": (str, "ext4", "Filesystem made on the device: ext4 or xfs."),
+}
+
+
+def run(device, output, *, notices, destroy_data=False, backend="auto", on_start=None, **given):
+    knobs = parse_knobs(KNOBS, given)
+    with Session("blob", knobs, notices) as s:
+        # The populated store, what PUTs add in the window, and room to spare.
+        need = knobs["populate_mb"] * MIB * 2 + int(knobs["rate"] * knobs["duration"] * 0.15 * 2 * MIB)
+        dev = s.device(device, destroy_data=destroy_data, scratch_size=max(2 * GIB, need + GIB))
+        root = s.filesystem(dev, knobs["fs"])
+        s.provenance["applications"] = {"sqlite": sqlite3.sqlite_version,
+                                        "python": sys.version.split()[0]}
+        load = [sys.executable, "-m", blob_load.__name__]
+        sh([*load, "populate", root, "--mb", knobs["populate_mb"], "--seed", knobs["seed"]],
+           what="populating the BLOB store")
+        s.remount()
+        cgroup = s.memory_cgroup(knobs["memory_mb"] * MIB)
+        mixed = [*load, "mixed", root, "--duration", knobs["duration"], "--clients", knobs["clients"],
+                 "--rate", knobs["rate"], "--seed", knobs["seed"] + 1]
+        s.provenance["workload"] = "blob_load " + " ".join(map(str, mixed[3:])).replace(str(root), "MOUNTPOINT")
+        return s.capture(dev, output, command=cgroup.wrap(mixed), backend=backend,
+                         description=f"{DESCRIPTION} {knobs['clients']} clients at {knobs['rate']:g} "
+                                     f"operations/s for {knobs['duration']:g} s over "
+                                     f"{knobs['populate_mb']} MiB of blobs, memory limited to "
+                                     f"{knobs['memory_mb']} MiB, {knobs['fs']} on the device.",
+                         on_start=on_start)
