@@ -8,6 +8,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import typer  # noqa: E402
 
 from replay.commands import capture, convert, library, run
+from replay.commands import report, verdict  # noqa: E402
 
 app = typer.Typer(
     help="tracereplay: replay real block I/O traces against drives and files.",
@@ -20,6 +21,8 @@ app.command("capture")(capture.capture)
 app.command("import")(convert.import_)
 app.command("export")(convert.export)
 app.add_typer(library.app, name="traces")
+app.command("report")(report.report)
+app.command("verdict")(verdict.verdict)
 
 
 @app.callback()

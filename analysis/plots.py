@@ -1,0 +1,121 @@
+"""The report's plots, drawn with matplotlib's Agg backend from plain arrays: each function takes
+{label: data} for one or more targets and returns a Figure; `png_bytes` renders one.
+Axes carry units, legends name the targets, latency axes are logarithmic.
+"""
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+
+NS_PER_MS = 1e6
+_SIZE = (8.0, 4.2)
+_DPI = 100
+
+
+def _figure(title: str):
+    fig, ax = plt.subplots(figsize=_SIZE, dpi=_DPI, layout="constrained")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig, ax
+
+
+def png_bytes(fig) -> bytes:
+    """The figure as PNG bytes; the figure is closed."""
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out.getvalue()
+
+
+def latency_cdf(curves: dict[str, tuple[np.ndarray, np.ndarray]], title="Workload latency CDF"):
+    """`curves`: {"target / op": (latency_ns ascending, cumulative share 0..1)}; log x in ms."""
+    fig, ax = _figure(title)
+    for label, (lat_ns, share) in curves.items():
+        if len(lat_ns):
+            ax.step(np.maximum(lat_ns, 1) / NS_PER_MS, share * 100, where="post", label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (ms, log scale)")
+    ax.set_ylabel("I/Os at or below (%)")
+    ax.set_ylim(0, 100.5)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def over_time(series: dict[str, tuple[np.ndarray, np.ndarray]], title: str, ylabel: str, *,
+              log=False, scatter=False):
+    """`series`: {label: (t_s, values)}; lines, or dots (the reviews' consistency pictures)."""
+    fig, ax = _figure(title)
+    for label, (t, y) in series.items():
+        y = np.asarray(y, dtype=float)
+        keep = np.isfinite(y) & ((y > 0) if log else True)
+        if scatter:
+            ax.scatter(np.asarray(t)[keep], y[keep], s=6, label=label)
+        else:
+            ax.plot(np.asarray(t)[keep], y[keep], label=label, linewidth=1.2)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel("time since the run's start (s)")
+    ax.set_ylabel(ylabel + (" (log scale)" if log else ""))
+    if not log:
+        ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def latency_scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], title="Latency of each I/O"):
+    """`points`: {label: (completion time s, latency ns)}, already sampled; log y in ms."""
+    fig, ax = _figure(title)
+    for label, (t, lat) in points.items():
+        ax.scatter(t, np.maximum(lat, 1) / NS_PER_MS, s=2, alpha=0.5, label=label, rasterized=True)
+    ax.set_yscale("log")
+    ax.set_xlabel("completion time since the run's start (s)")
+    ax.set_ylabel("workload latency (ms, log scale)")
+    ax.legend(fontsize="small", markerscale=4)
+    return fig
+
+
+def offset_heatmap(counts: np.ndarray, t_edges_s: np.ndarray, offset_edges: np.ndarray, title: str,
+                   trace_clock: bool = True):
+    """`counts[t, offset]` I/Os per cell; offsets in bytes, shown in GiB; log colour scale."""
+    fig, ax = _figure(title)
+    ax.grid(False)
+    shown = np.where(counts > 0, counts, np.nan).T
+    gib = offset_edges / (1 << 30)
+    vmax = max(float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0, 1.0)
+    mesh = ax.pcolormesh(t_edges_s, gib, shown, cmap="viridis", norm=LogNorm(vmin=1, vmax=vmax),
+                         shading="flat")
+    fig.colorbar(mesh, ax=ax, label="I/Os per cell (log scale)")
+    ax.set_xlabel("time in the trace (s)" if trace_clock else "issue time since the run's start (s)")
+    ax.set_ylabel("offset (GiB)")
+    return fig
+
+
+def mix_sweep(tables: dict[str, list[dict]], title="Random mix sweep: IOPS by read share"):
+    """`tables`: {target label: rows with read_share (0..1), qd, iops}; one line per target and QD."""
+    fig, ax = _figure(title)
+    for label, rows in tables.items():
+        for qd in sorted({r["qd"] for r in rows}):
+            pts = sorted((float(r["read_share"]), float(r["iops"])) for r in rows if r["qd"] == qd)
+            x, y = zip(*pts)
+            ax.plot(np.array(x) * 100, y, marker="o", label=f"{label} QD{qd}")
+    ax.set_xlabel("reads (% of I/Os)")
+    ax.set_ylabel("IOPS")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def steady_rounds(rounds: dict[str, np.ndarray], title="Steady-state rounds"):
+    """`rounds`: {target label: average IOPS per round}."""
+    fig, ax = _figure(title)
+    for label, y in rounds.items():
+        ax.plot(np.arange(1, len(y) + 1), y, marker="o", label=label)
+    ax.set_xlabel("round")
+    ax.set_ylabel("average IOPS of the round")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    return fig

@@ -1,0 +1,277 @@
+"""`replay report`: one self-contained HTML page (plots embedded as base64 PNG, no network
+needed) of results files and results sets, with each plot also written as a PNG next to it.
+
+Inputs are grouped by target (their label); two targets with sets and runs get the verdict.
+"""
+import base64
+import html
+import math
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from analysis import plots
+from analysis.histogram import LatencyHistogram, bin_lower
+from analysis.results import Results, ResultsError, ResultsSet, load
+from analysis.timeseries import SECOND_NS, time_series
+from analysis.verdict import VerdictError, verdict
+from traces.schema import Op
+
+SCATTER_POINTS = 20_000  # per results file: enough to see the bands, small enough to draw
+HEAT_CELLS = (120, 64)  # time x offset
+
+
+@dataclass
+class _Item:
+    path: Path
+    label: str
+    loaded: Results | ResultsSet
+
+    @property
+    def partial(self) -> bool:
+        return self.loaded.interrupted
+
+    @property
+    def tag(self) -> str:
+        """Legend entry: target label and trace or test, marked when partial."""
+        return f"{self.label}: {self.loaded.name}" + (" (partial)" if self.partial else "")
+
+
+@dataclass
+class _FileFigures:
+    cdf: dict = field(default_factory=dict)  # op name -> (latency_ns, share)
+    sample: tuple = ((), ())
+    ts: object = None
+
+
+def _target_label(loaded) -> str:
+    t = loaded.target
+    return str(t.get("path") or t.get("kind") or "target")
+
+
+def _analyse_file(r: Results, bin_ns: int) -> _FileFigures:
+    """One streaming pass for the CDFs and the latency sample, one for the time series."""
+    hists = {op: LatencyHistogram() for op in Op}
+    stride = max(1, r.rows // SCATTER_POINTS)
+    t_sample, lat_sample = [], []
+    seen = 0
+    for chunk in r.chunks(["op", "intended_ns", "issue_ns", "complete_ns"]):
+        issued = chunk["issue_ns"] >= 0
+        workload = chunk["complete_ns"] - np.minimum(chunk["intended_ns"], chunk["issue_ns"])
+        for op in Op:
+            sel = issued & (chunk["op"] == op)
+            if sel.any():
+                hists[op].add(workload[sel])
+        first = (-seen) % stride
+        idx = np.arange(first, len(workload), stride)
+        idx = idx[issued[idx]]
+        t_sample.append(chunk["complete_ns"][idx] / SECOND_NS)
+        lat_sample.append(workload[idx])
+        seen += len(workload)
+    out = _FileFigures()
+    for op, h in hists.items():
+        if h.count:
+            nz = np.flatnonzero(h.counts)
+            lower = np.array([int(bin_lower(int(i))) for i in nz], dtype=np.int64)
+            lower[0] = max(lower[0], h.min)
+            out.cdf[op.name.lower()] = (lower, np.cumsum(h.counts[nz]) / h.count)
+    out.sample = (np.concatenate(t_sample), np.concatenate(lat_sample))
+    out.ts = time_series(r.chunks(["op", "length", "intended_ns", "issue_ns", "complete_ns", "result"]), bin_ns)
+    return out
+
+
+def _heatmap(r: Results):
+    """I/O counts on a time x offset grid, over the trace's span (two streaming passes)."""
+    t_max, off_max, ts_max = 1, 1, 0
+    for chunk in r.chunks(["offset", "length", "issue_ns", "ts_ns"]):
+        issued = chunk["issue_ns"] >= 0
+        if issued.any():
+            t_max = max(t_max, int(chunk["issue_ns"][issued].max()) + 1)
+            ts_max = max(ts_max, int(chunk["ts_ns"].max()))
+            off_max = max(off_max, int((chunk["offset"] + chunk["length"]).max()))
+    # The trace's own clock when it has one; a closed-loop trace (every ts_ns 0) by issue time.
+    clock = "ts_ns" if ts_max > 0 else "issue_ns"
+    t_max = ts_max + 1 if ts_max > 0 else t_max
+    t_edges = np.linspace(0, t_max, HEAT_CELLS[0] + 1)
+    o_edges = np.linspace(0, off_max, HEAT_CELLS[1] + 1)
+    counts = np.zeros(HEAT_CELLS, dtype=np.int64)
+    for chunk in r.chunks(["offset", "issue_ns", clock]):
+        issued = chunk["issue_ns"] >= 0
+        h, _, _ = np.histogram2d(chunk[clock][issued], chunk["offset"][issued], bins=(t_edges, o_edges))
+        counts += h.astype(np.int64)
+    return counts, t_edges / SECOND_NS, o_edges, clock
+
+
+def _fmt_ns(ns) -> str:
+    if ns is None or (isinstance(ns, float) and not math.isfinite(ns)):
+        return "-"
+    if ns >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e3:.1f} us"
+
+
+def _table(header, rows) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _status(item) -> str:
+    return '<span class="partial">partial (interrupted)</span>' if item.partial else "complete"
+
+
+def _summary_rows(files) -> list:
+    rows = []
+    for item in files:
+        r = item.loaded
+        s = r.summary
+        lat = s.total().workload
+        p50, p99 = lat.percentiles([50.0, 99.0])
+        run = r.run
+        mode = f"afap QD{run.get('qd')}" if r.closed_loop else f"timed x{r.speed:g}"
+        rows.append([html.escape(item.label), html.escape(r.name), mode, f"{s.total().ios:,}",
+                     _fmt_ns(s.duration_ns), f"{s.iops():,.0f}", f"{s.mb_per_s():,.1f}",
+                     _fmt_ns(p50), _fmt_ns(p99), _fmt_ns(lat.max), _status(item)])
+    return rows
+
+
+def _set_rows(sets) -> list:
+    rows = []
+    for item in sets:
+        scores = item.loaded.scores
+        headline = ", ".join(f"{html.escape(k)} = {v:,.4g}" for k, v in scores.items()
+                             if isinstance(v, (int, float)) and not isinstance(v, bool))
+        rows.append([html.escape(item.label), html.escape(item.loaded.test), str(len(item.loaded.runs)),
+                     headline or "-", _status(item)])
+    return rows
+
+
+_CSS = """
+body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}
+th{background:#eee}td:first-child,td:nth-child(2){text-align:left}
+.partial{color:#b00;font-weight:bold}.note{color:#555}figure{margin:1.5em 0}
+img{max-width:100%;border:1px solid #ddd}pre{background:#f6f6f6;padding:1em;overflow-x:auto}
+"""
+
+
+def build_report(paths, output, labels=None, bin_ns: int = SECOND_NS) -> Path:
+    """Write the report for `paths` (results files and results-set directories) to `output`
+    and its plots to OUTPUT_STEM_files/NAME.png. `labels` names each input's target (default:
+    the target's path); inputs with the same label are the same target. Returns the HTML path."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ResultsError("no results given; pass results files of `replay run` or directories of `replay bench`")
+    if labels and len(labels) != len(paths):
+        raise ResultsError(f"{len(labels)} labels for {len(paths)} inputs; give one --label per input, in order")
+    items = []
+    for i, p in enumerate(paths):
+        loaded = load(p)
+        items.append(_Item(p, labels[i] if labels else _target_label(loaded), loaded))
+    output = Path(output)
+    files_dir = output.with_name(output.stem + "_files")
+    files_dir.mkdir(parents=True, exist_ok=True)
+    files = [it for it in items if isinstance(it.loaded, Results)]
+    sets = [it for it in items if isinstance(it.loaded, ResultsSet)]
+    figures = []  # (name, caption, Figure)
+    if files:
+        analysed = {id(it): _analyse_file(it.loaded, bin_ns) for it in files}
+        cdf = {f"{it.tag} {op}": c for it in files for op, c in analysed[id(it)].cdf.items()}
+        figures.append(("latency_cdf", "Workload latency (completion - intended) per op, as a CDF.",
+                        plots.latency_cdf(cdf)))
+        ts = {it.tag: analysed[id(it)].ts for it in files}
+        window = f"{bin_ns / 1e9:g} s" if bin_ns >= 1e8 else f"{bin_ns / 1e6:g} ms"
+        figures.append(("iops_over_time", f"IOPS per {window} window over time (each dot one window).",
+                        plots.over_time({k: (t.t_s, t.iops["all"]) for k, t in ts.items()},
+                                        "IOPS over time", "IOPS", log=True, scatter=True)))
+        lat = {}
+        for k, t in ts.items():
+            lat[f"{k} p50"] = (t.t_s, t.workload["p50"])
+            lat[f"{k} p99"] = (t.t_s, t.workload["p99"])
+        figures.append(("latency_over_time", "Workload latency p50 and p99 per window.",
+                        plots.over_time({k: (t, v / plots.NS_PER_MS) for k, (t, v) in lat.items()},
+                                        "Latency over time", "workload latency (ms)", log=True)))
+        figures.append(("latency_scatter", f"Latency of individual I/Os (up to {SCATTER_POINTS:,} per run, evenly sampled).",
+                        plots.latency_scatter({it.tag: analysed[id(it)].sample for it in files})))
+        figures.append(("inflight", "Mean I/Os in flight per window.",
+                        plots.over_time({k: (t.t_s, t.inflight) for k, t in ts.items()},
+                                        "I/Os in flight over time", "I/Os in flight")))
+        done = set()
+        for it in files:
+            if it.loaded.name in done:
+                continue
+            done.add(it.loaded.name)
+            counts, t_edges, o_edges, clock = _heatmap(it.loaded)
+            safe = "".join(c if c.isalnum() else "_" for c in it.loaded.name)
+            figures.append((f"heatmap_{safe}", f"Where trace {it.loaded.name} goes over time (as replayed on {it.label}).",
+                            plots.offset_heatmap(counts, t_edges, o_edges, f"Offsets of {it.loaded.name} over time",
+                                                trace_clock=clock == "ts_ns")))
+    mix = {it.tag: it.loaded.scores["table"] for it in sets
+           if it.loaded.test == "mix" and it.loaded.scores.get("table")}
+    if mix:
+        figures.append(("mix_sweep", "The random mix sweep: IOPS at each read share, one line per queue depth.",
+                        plots.mix_sweep(mix)))
+    rounds, series = {}, {}
+    for it in sets:
+        if it.loaded.test != "steady":
+            continue
+        sc = it.loaded.scores
+        rr = (sc.get("steady_state") or {}).get("rounds") or []
+        values = [r.get("iops", r.get("average")) if isinstance(r, dict) else r for r in rr]
+        values = [v for v in values if isinstance(v, (int, float))]
+        if values:
+            rounds[it.tag] = np.array(values, dtype=float)
+        if sc.get("iops_series"):
+            y = np.array(sc["iops_series"], dtype=float)
+            series[it.tag] = (np.arange(len(y), dtype=float), y)
+    if rounds:
+        figures.append(("steady_rounds", "Steady-state rounds: average IOPS of each round.", plots.steady_rounds(rounds)))
+    if series:
+        figures.append(("steady_iops", "Steady-state test: IOPS per second (the consistency picture).",
+                        plots.over_time(series, "Steady state: IOPS over time", "IOPS", scatter=True)))
+
+    verdict_html, notes = "", []
+    targets = list(dict.fromkeys(it.label for it in items))
+    if len(targets) == 2:
+        side = {t: ([it.path for it in sets if it.label == t], [it.path for it in files if it.label == t]) for t in targets}
+        (sa, fa), (sb, fb) = side[targets[0]], side[targets[1]]
+        try:
+            v = verdict(sa, sb, fa, fb, targets[0], targets[1])
+            verdict_html = "<h2>Verdict: does the synthetic advantage show up in real use?</h2>" + \
+                f"<pre>{html.escape(v.format_table())}</pre>"
+        except VerdictError as e:
+            notes.append(f"No verdict table: {e}")
+
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>tracereplay report</title>"
+             f"<style>{_CSS}</style></head><body><h1>tracereplay report</h1>",
+             f"<p class='note'>Made {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} from "
+             f"{len(items)} input(s); targets: {html.escape(', '.join(targets))}.</p>"]
+    if any(it.partial for it in items):
+        parts.append("<p class='partial'>Some results come from interrupted runs: they are shown, "
+                     "marked partial, and cover only the I/Os done before the stop.</p>")
+    if files:
+        parts.append("<h2>Replays</h2>" + _table(
+            ["target", "trace", "mode", "I/Os", "duration", "IOPS", "MB/s", "p50 latency",
+             "p99 latency", "max latency", "status"], _summary_rows(files)))
+    if sets:
+        parts.append("<h2>Synthetic tests</h2>" + _table(["target", "test", "runs", "scores", "status"], _set_rows(sets)))
+    parts.append(verdict_html)
+    parts += [f"<p class='note'>{html.escape(n)}</p>" for n in notes]
+    parts.append("<h2>Plots</h2>")
+    for name, caption, fig in figures:
+        png = plots.png_bytes(fig)
+        (files_dir / f"{name}.png").write_bytes(png)
+        data = base64.b64encode(png).decode("ascii")
+        parts.append(f"<figure id='{name}'><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
+                     f"<figcaption>{html.escape(caption)} <a href='{files_dir.name}/{name}.png'>PNG</a>"
+                     "</figcaption></figure>")
+    parts.append("</body></html>")
+    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    tmp.write_text("\n".join(parts), encoding="utf-8")
+    os.replace(tmp, output)
+    return output
