@@ -4,6 +4,8 @@ results stream out to a Parquet file and a summary. Python prepares, Rust runs.
 import errno
 import gc
 import platform
+import signal
+import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -44,6 +46,9 @@ class RunOptions:
     data: str = "random"
     destroy_data: bool = False
     chunk_rows: int = 1 << 16
+    # Stop cleanly this many seconds after the start (not an interruption): how a closed-loop
+    # generator with no end ("4 KiB random writes for an hour") is run. None: run to the end.
+    time_limit_s: float | None = None
 
 
 @dataclass
@@ -56,6 +61,7 @@ class RunOutcome:
     target: Target
     rows: int
     notices: list[str] = field(default_factory=list)
+    time_limited: bool = False  # stopped at options.time_limit_s
 
 
 @dataclass
@@ -82,6 +88,148 @@ def _scan(trace) -> _Scan:
         scan.counts += np.bincount(chunk["op"], minlength=len(Op))[: len(Op)]
         scan.rows += len(chunk["op"])
     return scan
+
+
+class TraceSource:
+    """A trace file as the runner reads it: one validating pass (`_scan`) learns its span,
+    longest I/O and op mix before anything is issued, then `chunks` streams it."""
+
+    def __init__(self, trace):
+        self.path = library.resolve(str(trace))
+        self.tf = open_trace(self.path)
+        self.scan = _scan(self.tf)
+        self.name = self.tf.metadata.get("name", self.tf.path.stem)
+        self.stem = self.path.stem  # names the default results file
+        self.metadata = self.tf.metadata
+        self.column_names = self.tf.column_names
+        self.buffer_length = self.scan.max_length
+
+    def describe(self, rows_done: int) -> dict:
+        return {"path": str(self.tf.path), "rows": self.scan.rows, "metadata": self.metadata}
+
+    def chunks(self, columns, rows):
+        return self.tf.chunks(columns=columns, rows=rows)
+
+
+class GeneratorSource:
+    """A synthetic generator (synth.generators) as the runner reads it, never materialised.
+
+    Its span, longest I/O and op mix come from its parameters (`synth_describe`), so an
+    unbounded closed-loop generator (run to a time limit) needs no pass; a generator of
+    another kind is scanned once, which only a finite one allows. `rows` is None when the
+    length is unknown in advance; the results metadata then records the rows generated.
+    """
+
+    def __init__(self, generator, name=None):
+        self.generator = generator
+        self.name = name or generator.name
+        self.scan, self.buffer_length = _describe_generator(generator)
+        self.metadata = {"name": self.name, "kind": "synthetic", "generator": generator.name,
+                         "parameters": generator.parameters()}
+        self.column_names = list(schema.TRACE_COLUMNS)
+        self.stem = self.name
+        self.generated = 0
+
+    def describe(self, rows_done: int) -> dict:
+        return {"path": f"synth:{self.generator.name}",
+                "rows": self.scan.rows if self.scan.rows is not None else self.generated,
+                "metadata": self.metadata}
+
+    def chunks(self, columns, rows):
+        for chunk in self.generator.chunks(rows):
+            self.generated += len(chunk["op"])
+            yield chunk
+
+
+def _describe_generator(gen) -> tuple[_Scan, int]:
+    """(scan with rows None when unknown, the longest read or write) from a generator's
+    parameters. Discards (a purge) need no buffer, so they do not set the buffer length."""
+    from synth import generators as g
+
+    stages = gen.stages if isinstance(gen, g.Sequence) else [gen]
+    scan = _Scan(rows=0)
+    buffer_length = 0
+    for stage in stages:
+        counts = np.zeros(len(Op), dtype=np.int64)
+        if isinstance(stage, g.Mix):
+            rows = stage.count if stage.count is not None else None
+            longest = int(stage.sizes.max())
+            counts[Op.READ] = stage.read_share > 0
+            counts[Op.WRITE] = stage.read_share < 1
+        elif isinstance(stage, g.ActLoad):
+            rows, longest = None, stage.large_block
+            counts[Op.READ] = counts[Op.WRITE] = 1
+        elif isinstance(stage, g.Purge):
+            rows, longest = 1, 0
+            counts[Op.DISCARD] = 1
+            scan.max_length = max(scan.max_length, stage.span)
+        else:  # a kind this module does not know: one cheap pass, for finite generators only
+            rows = longest = 0
+            for chunk in stage.chunks():
+                rows += len(chunk["op"])
+                if len(chunk["op"]):
+                    longest = max(longest, int(chunk["length"].max()))
+                counts += np.bincount(chunk["op"], minlength=len(Op))[: len(Op)]
+        scan.span = max(scan.span, int(stage.span_end))
+        scan.max_length = max(scan.max_length, longest)
+        buffer_length = max(buffer_length, longest)
+        scan.counts += counts
+        scan.rows = None if rows is None or scan.rows is None else scan.rows + rows
+    return scan, buffer_length
+
+
+def _source(trace):
+    if isinstance(trace, (TraceSource, GeneratorSource)):
+        return trace
+    if hasattr(trace, "chunks") and hasattr(trace, "parameters"):
+        return GeneratorSource(trace)
+    return TraceSource(trace)
+
+
+class _TimeUp(Exception):
+    """The run reached its time limit (raised only while waiting on the engine)."""
+
+
+class _Deadline:
+    """Ends a run at its time limit. Checked between chunks, and (in the main thread) an
+    interval timer interrupts the waits on the engine, whose loops poll Python's signal
+    handlers every few ms: without it, a full engine queue (4 chunks, seconds of I/O on a
+    slow device) would overrun the limit. The handler raises only inside those waits, so
+    it never lands half-way through writing a chunk."""
+
+    def __init__(self, seconds):
+        self.at = None if seconds is None else time.monotonic() + float(seconds)
+        self.passed = False
+        self.waiting = False
+        self._old = None
+        if self.at is not None and threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGALRM, self._fire)
+            signal.setitimer(signal.ITIMER_REAL, max(float(seconds), 1e-6))
+
+    def _fire(self, signum, frame):
+        self.passed = True
+        if self.waiting:
+            raise _TimeUp
+
+    def check(self):
+        if self.at is not None and (self.passed or time.monotonic() >= self.at):
+            self.passed = True
+            raise _TimeUp
+
+    def wait(self, call, *args):
+        """call(*args), interruptible by the time limit."""
+        self.check()
+        self.waiting = True
+        try:
+            return call(*args)
+        finally:
+            self.waiting = False
+
+    def cancel(self):
+        if self._old is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+            self._old = None
 
 
 def _null_target(size: int) -> Target:
@@ -137,21 +285,26 @@ def default_output(trace_name: str, target: Target) -> Path:
 
 
 def replay(trace, target=None, options: RunOptions | None = None, output=None,
-           progress=None, notices=None) -> RunOutcome:
-    """Replay `trace` (a path, or a name in the bundled library) on `target` (a block device
-    or a regular file; None for a scratch file sized to the trace).
+           progress=None, notices=None, consumers=(), metadata=None) -> RunOutcome:
+    """Replay `trace` (a path, a name in the bundled library, a synth generator, or a
+    TraceSource/GeneratorSource) on `target` (a block device or a regular file; None for a
+    scratch file sized to the trace).
 
-    `progress(rows_done, rows_total, elapsed_s)` is called as chunks finish. Ctrl-C
-    (KeyboardInterrupt) ends the run early: what was done is still written, marked
-    interrupted. Returns the outcome; raises ReplayError subclasses for setup problems.
+    `progress(rows_done, rows_total, elapsed_s)` is called as chunks finish (rows_total is
+    None for a generator of unknown length). Each consumer's `add(chunk)` gets every results
+    chunk written (for example analysis.scoring.Bins). `metadata` is merged into the results
+    file's metadata. Ctrl-C (KeyboardInterrupt) ends the run early: what was done is still
+    written, marked interrupted; reaching `options.time_limit_s` ends it the same way but is
+    not an interruption. Returns the outcome; raises ReplayError subclasses for setup problems.
     """
     options = options or RunOptions()
     if options.engine not in ENGINES:
         raise ReplayError(f"unknown engine {options.engine!r}: use one of {', '.join(ENGINES)}")
+    if options.time_limit_s is not None and not options.time_limit_s > 0:
+        raise ReplayError(f"the time limit must be a positive number of seconds, not {options.time_limit_s}")
     notices = [] if notices is None else notices
-    trace_path = library.resolve(str(trace))
-    tf = open_trace(trace_path)
-    scan = _scan(tf)
+    source = _source(trace)
+    scan = source.scan
     writes = scan.writes and not options.read_only
     cleanup = None
     if options.engine == "null" and target is None:
@@ -167,99 +320,110 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
             check_safe_to_write(tgt, options.destroy_data)
         mapping = remap.plan_mapping(scan.span, scan.max_length, tgt.size, tgt.logical_block_size,
                                      options.remap, target_path=tgt.path)
-        if options.read_only and scan.writes:
+        if options.read_only and scan.writes and scan.rows is not None:
             skipped = int(scan.rows - scan.counts[Op.READ])
             notices.append(f"--read-only: skipping {skipped} writes, discards and flushes")
         if options.dry_run:
             return RunOutcome(None, RunSummary(), False, tgt, 0, notices)
-        output = Path(output) if output else default_output(trace_path.stem, tgt)
-        return _run(tf, tgt, mapping, scan, options, output, writes, progress, notices)
+        output = Path(output) if output else default_output(source.stem, tgt)
+        return _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
+                    consumers, metadata or {})
     finally:
         if cleanup:
             cleanup()
 
 
-def _run(tf, tgt, mapping, scan, options, output, writes, progress, notices) -> RunOutcome:
-    buf_length = max(4096, -(-scan.max_length // 4096) * 4096 + 2 * tgt.logical_block_size)
+def _run(source, tgt, mapping, scan, options, output, writes, progress, notices, consumers,
+         extra) -> RunOutcome:
+    buf_length = max(4096, -(-source.buffer_length // 4096) * 4096 + 2 * tgt.logical_block_size)
     summary_warm_up()
     reps, engine, direct = _start_engines(tgt, options, writes, buf_length, notices)
     metadata = {
-        "name": tf.metadata.get("name", tf.path.stem),
+        **extra,
+        "name": source.name,
         "kind": "results",
-        "trace": {"path": str(tf.path), "rows": scan.rows, "metadata": tf.metadata},
+        "trace": source.describe(0),
         "target": asdict(tgt),
         "run": {
             "engine": engine, "mode": "afap" if options.afap else "original",
             "speed": options.speed, "qd": options.qd, "max_inflight": options.max_inflight,
             "workers": options.workers, "remap": mapping.mode, "read_only": options.read_only,
-            "data": options.data, "direct": direct,
+            "data": options.data, "direct": direct, "time_limit_s": options.time_limit_s,
             "started": datetime.now(timezone.utc).isoformat(),
         },
         "host": platform.node(), "kernel": platform.release(),
         "versions": {"tracereplay": __version__, "pyarrow": pa.__version__, "numpy": np.__version__},
     }
     columns = [(name, schema.OPTIONAL_COLUMNS.get(name) or pa.from_numpy_dtype(schema.TRACE_COLUMNS[name]))
-               for name in tf.column_names
+               for name in source.column_names
                if name in schema.OPTIONAL_COLUMNS or name in schema.TRACE_COLUMNS]
     keep = [name for name, _ in columns]
     columns += schema.RESULT_ARROW_FIELDS
     # lz4: half zstd's CPU time per row (0.12 vs 0.24 us), which the engine's host shares.
     writer = TraceWriter(output, columns, metadata, compression="lz4")
     summary = RunSummary()
-    merger = _Merger(reps, writer, summary)
+    merger = _Merger(reps, writer, summary, consumers)
     aligned = 0
-    interrupted = False
+    interrupted = time_up = False
     started = time.monotonic()
+    deadline = _Deadline(options.time_limit_s)
     gc.disable()  # the run allocates few objects; collector passes only steal the engine's CPU
     try:
         try:
-            for chunk in tf.chunks(columns=keep, rows=options.chunk_rows):
+            for chunk in source.chunks(keep, options.chunk_rows):
                 if options.read_only:
                     reads = chunk["op"] == Op.READ
                     chunk = {name: col[reads] for name, col in chunk.items()}
                 chunk["offset"], chunk["length"], n = remap.apply(
                     mapping, chunk["offset"], chunk["length"], chunk["op"])
                 aligned += n
-                merger.push(chunk)
+                deadline.wait(merger.push, chunk)
                 merger.collect(block=False)
                 if progress:
                     progress(merger.done, scan.rows, time.monotonic() - started)
             for rep in reps:
                 rep.close()
-            while merger.collect(block=True):
+            while deadline.wait(merger.collect, True):
                 if progress:
                     progress(merger.done, scan.rows, time.monotonic() - started)
-        except KeyboardInterrupt:
-            interrupted = True
+        except (KeyboardInterrupt, _TimeUp) as e:
+            deadline.cancel()
+            interrupted, time_up = isinstance(e, KeyboardInterrupt), isinstance(e, _TimeUp)
             for rep in reps:
                 rep.stop()
             while merger.collect(block=True):
                 pass
+        deadline.cancel()
         stats = [rep.join() for rep in reps]
     except BaseException as e:
+        deadline.cancel()
         for rep in reps:
             rep.stop()
         path = writer.close({"interrupted": True, "rows_done": merger.done,
-                             "summary": summary.to_dict()})
+                             "trace": source.describe(merger.done), "summary": summary.to_dict()})
         if isinstance(e, OSError):
             raise ReplayError(f"{e}; the {merger.done} I/Os done so far are in {path}") from None
         raise
     finally:
         gc.enable()
-    interrupted = interrupted or any(s["interrupted"] for s in stats)
+    # Stopping at the time limit is how such a run ends, so the engines' "stopped" is no
+    # interruption then; Ctrl-C is.
+    interrupted = interrupted or (not time_up and any(s["interrupted"] for s in stats))
     if aligned:
         notices.append(f"aligned {aligned} I/Os to the target's {tgt.logical_block_size}-byte blocks")
     path = writer.close({"interrupted": interrupted, "rows_done": merger.done,
+                         "time_limited": time_up, "trace": source.describe(merger.done),
                          "aligned_ios": aligned, "summary": summary.to_dict()})
-    return RunOutcome(path, summary, interrupted, tgt, merger.done, notices)
+    return RunOutcome(path, summary, interrupted, tgt, merger.done, notices, time_up)
 
 
 class _Merger:
     """Deals each chunk's rows to the workers (row i to worker i % N), and puts their results
     back together in trace order as they finish, writing rows that were issued."""
 
-    def __init__(self, reps, writer, summary):
+    def __init__(self, reps, writer, summary, consumers=()):
         self.reps, self.writer, self.summary = reps, writer, summary
+        self.consumers = list(consumers)
         self.pending = deque()  # chunks pushed, not yet written
         self.results = [deque() for _ in reps]  # per worker, in push order
         self.finished = set()  # workers whose run is over
@@ -305,4 +469,6 @@ class _Merger:
         if len(out["op"]):
             self.writer.write(out)
             self.summary.add(out)
+            for consumer in self.consumers:
+                consumer.add(out)
         self.done += len(out["op"])
