@@ -17,7 +17,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("run")(run.run)
-app.command("capture")(capture.capture)
+app.add_typer(capture.app, name="capture")
 app.command("import")(convert.import_)
 app.command("export")(convert.export)
 app.add_typer(library.app, name="traces")
