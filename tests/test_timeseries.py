@@ -24,6 +24,7 @@ def ref_bin(v):
     return shift * SUB + (v >> shift)
 
 
+@settings(deadline=None)
 @given(st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=50))
 def test_bin_of_matches_its_definition(values):
     for v in values:
