@@ -66,13 +66,13 @@ def _serial_tail(log: Path, lines: int = 8) -> str:
 
 
 def run(device: str | None, output: Path, *, notices: list, destroy_data: bool = False,
-        backend: str = "auto", **knobs):
+        backend: str = "auto", on_start=None, **knobs):
     """Build (or reuse) the guest image, write it to DEVICE, and capture its boot into `output`.
 
     A boot that does not power off within the timeout is ended (qemu, by its pid) and still
     written, its metadata saying it did not finish; a notice says so too. Returns the
     CaptureResult. Raises RecipeError when qemu or the image cannot be had, or DEVICE is
-    unsafe to overwrite without destroy_data.
+    unsafe to overwrite without destroy_data. `on_start(backend)` is called once tracing runs.
     """
     knobs = parse_knobs(KNOBS, knobs)
     if knobs["accel"] not in ACCELERATORS:
@@ -119,7 +119,7 @@ def run(device: str | None, output: Path, *, notices: list, destroy_data: bool =
                 "hardware, so the gaps between I/Os are stretched; the I/O sizes, offsets and "
                 "order are the guest's own")
         result, boot = _capture_boot(session, target, output, command, serial, knobs["timeout"],
-                                     backend, image, emulated)
+                                     backend, image, emulated, on_start)
     if not boot["reached_poweroff"]:
         why = (f"did not power off within the {knobs['timeout']:g} s timeout; qemu was ended by its pid"
                if boot["timed_out"] else f"ended without a clean poweroff (qemu exit status "
@@ -144,7 +144,8 @@ def _debootstrap_version() -> str:
 
 
 def _capture_boot(session: Session, device: str, output: Path, command: list[str], serial: Path,
-                  timeout: float, backend: str, image: boot_image.BootImage, emulated: bool):
+                  timeout: float, backend: str, image: boot_image.BootImage, emulated: bool,
+                  on_start=None):
     """Session.capture, except that a boot ended at the timeout is kept and marked unfinished.
 
     capture() ends qemu (SIGTERM to its pid, then SIGKILL) when `timeout` passes.
@@ -158,16 +159,17 @@ def _capture_boot(session: Session, device: str, output: Path, command: list[str
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     started = time.monotonic()
     result = capture(device, partial, command=command, duration=timeout, backend=backend,
-                     name=output.name.removesuffix(".parquet"), notices=session.notices)
+                     name=output.name.removesuffix(".parquet"), notices=session.notices,
+                     on_start=on_start)
     seconds = time.monotonic() - started
     if result.interrupted:
         raise KeyboardInterrupt
     log = serial.read_text(errors="replace") if serial.exists() else ""
     status = result.command_status
-    # capture() ended qemu if it was still running at the deadline: a signal status.
-    timed_out = status is not None and status < 0
-    boot = {"reached_multi_user": boot_image.MARKER in log,
-            "reached_poweroff": status == 0 and boot_image.MARKER in log and _POWER_DOWN in log,
+    powered_off = status == 0 and boot_image.MARKER in log and _POWER_DOWN in log
+    # capture() ends qemu at the deadline, and qemu exits 0 on SIGTERM: the clock tells.
+    timed_out = not powered_off and seconds >= timeout
+    boot = {"reached_multi_user": boot_image.MARKER in log, "reached_poweroff": powered_off,
             "timed_out": timed_out, "timeout_s": timeout, "qemu_status": status,
             "seconds": round(seconds, 2), "serial_tail": _serial_tail(serial)}
     columns, metadata = read_trace(partial)
