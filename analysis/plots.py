@@ -55,7 +55,9 @@ def over_time(series: dict[str, tuple[np.ndarray, np.ndarray]], title: str, ylab
         if scatter:
             ax.scatter(np.asarray(t)[keep], y[keep], s=6, label=label)
         else:
-            ax.plot(np.asarray(t)[keep], y[keep], label=label, linewidth=1.2)
+            few = keep.sum() < 20  # a short run: show its points, not an invisible line
+            ax.plot(np.asarray(t)[keep], y[keep], label=label, linewidth=1.2,
+                    marker="o" if few else None, markersize=3)
     if log:
         ax.set_yscale("log")
     ax.set_xlabel("time since the run's start (s)")

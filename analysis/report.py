@@ -105,6 +105,25 @@ def _heatmap(r: Results):
     return counts, t_edges / SECOND_NS, o_edges, clock
 
 
+def auto_window_ns(duration_ns: int) -> int:
+    """A 1-2-5 window giving at least ~100 windows over `duration_ns`, at most one second
+    (the reviews' per-second pictures) and at least 1 ms."""
+    target = max(duration_ns / 100, 1e6)
+    for w in (1e6, 2e6, 5e6, 1e7, 2e7, 5e7, 1e8, 2e8, 5e8):
+        if w >= target:
+            return int(w)
+    return SECOND_NS
+
+
+def _is_synthetic(loaded) -> bool:
+    """A results set, or a closed-loop replay of a generated test (not the synthetic demo,
+    which stands in for a real workload)."""
+    if isinstance(loaded, ResultsSet):
+        return True
+    kind = str(((loaded.trace.get("metadata") or {}).get("source") or {}).get("kind", ""))
+    return loaded.closed_loop and kind.startswith("synth:") and kind != "synth:demo"
+
+
 def _fmt_ns(ns) -> str:
     if ns is None or (isinstance(ns, float) and not math.isfinite(ns)):
         return "-"
@@ -160,10 +179,11 @@ img{max-width:100%;border:1px solid #ddd}pre{background:#f6f6f6;padding:1em;over
 """
 
 
-def build_report(paths, output, labels=None, bin_ns: int = SECOND_NS) -> Path:
+def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
     """Write the report for `paths` (results files and results-set directories) to `output`
     and its plots to OUTPUT_STEM_files/NAME.png. `labels` names each input's target (default:
-    the target's path); inputs with the same label are the same target. Returns the HTML path."""
+    the target's path); inputs with the same label are the same target. `bin_ns` is the
+    time-series window (default: auto_window_ns of the longest run). Returns the HTML path."""
     paths = [Path(p) for p in paths]
     if not paths:
         raise ResultsError("no results given; pass results files of `replay run` or directories of `replay bench`")
@@ -179,6 +199,9 @@ def build_report(paths, output, labels=None, bin_ns: int = SECOND_NS) -> Path:
     files = [it for it in items if isinstance(it.loaded, Results)]
     sets = [it for it in items if isinstance(it.loaded, ResultsSet)]
     figures = []  # (name, caption, Figure)
+    if files and bin_ns is None:
+        bin_ns = auto_window_ns(max(it.loaded.summary.duration_ns for it in files))
+    bin_ns = bin_ns or SECOND_NS
     if files:
         analysed = {id(it): _analyse_file(it.loaded, bin_ns) for it in files}
         cdf = {f"{it.tag} {op}": c for it in files for op, c in analysed[id(it)].cdf.items()}
@@ -238,7 +261,9 @@ def build_report(paths, output, labels=None, bin_ns: int = SECOND_NS) -> Path:
     verdict_html, notes = "", []
     targets = list(dict.fromkeys(it.label for it in items))
     if len(targets) == 2:
-        side = {t: ([it.path for it in sets if it.label == t], [it.path for it in files if it.label == t]) for t in targets}
+        synthetic = [it for it in items if _is_synthetic(it.loaded)]
+        side = {t: ([it.path for it in synthetic if it.label == t],
+                    [it.path for it in files if it.label == t and it not in synthetic]) for t in targets}
         (sa, fa), (sb, fb) = side[targets[0]], side[targets[1]]
         try:
             v = verdict(sa, sb, fa, fb, targets[0], targets[1])

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest_targets import drive_pair  # noqa: F401  (the two-drive fixture)
 
 MIB = 1 << 20
 
