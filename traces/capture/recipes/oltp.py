@@ -39,7 +39,7 @@ def _bindir(notices) -> Path:
 
     found = find()
     if found is None:
-        require({"pg_ctlcluster": "postgresql", "pgbench": "postgresql-contrib"}, notices)
+        require({"pg_ctlcluster": "postgresql"}, notices)
         found = find()
     if found is None:
         raise RecipeError("PostgreSQL's initdb, pg_ctl and pgbench were not found under "
