@@ -275,7 +275,7 @@ class Comparison:
         """True when target i's and the first target's intervals do not overlap; None when
         either has no interval for this metric."""
         a, b = self.targets[0].intervals.get(key), self.targets[i].intervals.get(key)
-        if a is None or b is None:
+        if i == 0 or a is None or b is None:
             return None
         return bool(a[1] < b[0] or b[1] < a[0])
 
