@@ -369,6 +369,7 @@ class Session:
         self.provenance.update(kernel=platform.release(), backend=result.backend, date=date,
                                host=platform.node())
         metadata["description"] = description
+        metadata.setdefault("license", "MIT")  # the project's: recipe traces ship in its library
         metadata["source"]["recipe"] = self.recipe
         metadata["recipe"] = self.provenance
         metadata["provenance"] = (f"captured on {platform.node()} by `replay capture recipe "
