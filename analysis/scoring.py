@@ -282,6 +282,46 @@ def consistency_bins(slow_ns=SLOW_NS, ops=(Op.READ, Op.WRITE)) -> Bins:
     return Bins(SECOND_NS, (slow_ns,), ops=ops)
 
 
+# ---- QoS -----------------------------------------------------------------------------------
+
+QOS_THRESHOLDS_NS = (1 * MS_NS, 8 * MS_NS, 64 * MS_NS)
+
+
+@dataclass
+class QosPeriod:
+    index: int  # 0-based
+    start_s: float
+    seconds: float  # its length; shorter than the period for a partial last one
+    ios: int  # successful I/Os in the period
+    errors: int
+    shares: dict  # threshold_ns -> share of the period's I/Os slower than it (None if no I/O)
+
+
+def qos_bins(thresholds_ns=QOS_THRESHOLDS_NS, *, bin_ns=SECOND_NS, by="complete",
+             latency_from="issue", ops=(Op.READ, Op.WRITE)) -> Bins:
+    """Bins counting I/Os over each of `thresholds_ns` (any number, any values): device latency
+    by default, or latency from the intended time (what the workload saw) with
+    latency_from="intended"."""
+    return Bins(bin_ns, thresholds_ns, by=by, latency_from=latency_from, ops=ops)
+
+
+def qos(bins: Bins, *, period_s=1, duration_ns=None) -> list[QosPeriod]:
+    """Per period of `period_s` seconds (a whole number of bins), the share of I/Os slower
+    than each of the bins' thresholds, ACT's test generalised to any thresholds and period."""
+    period_bins = max(1, int(round(period_s * SECOND_NS / bins.bin_ns)))
+    total = bins.used() if duration_ns is None else -(-int(duration_ns) // bins.bin_ns)
+    out = []
+    for p, start in enumerate(range(0, total, period_bins)):
+        stop = min(start + period_bins, total)
+        n = int(bins.counts[start:stop].sum())
+        shares = {int(t): (int(bins.over[j, start:stop].sum()) / n if n else None)
+                  for j, t in enumerate(bins.thresholds_ns)}
+        end = stop * bins.bin_ns if duration_ns is None else min(stop * bins.bin_ns, int(duration_ns))
+        out.append(QosPeriod(p, start * bins.bin_ns / SECOND_NS, (end - start * bins.bin_ns) / SECOND_NS,
+                             n, int(bins.errors[start:stop].sum()), shares))
+    return out
+
+
 # ---- Aerospike ACT ------------------------------------------------------------------------
 
 

@@ -141,3 +141,27 @@ def test_real_replay_series_adds_up_to_its_summary(tmp_path):
     d = ts.to_dict()
     assert len(d["iops"]["read"]) == len(d["t_s"]) == len(d["inflight"]) == len(ts)
     assert all(v is None or v >= 0 for v in d["device_latency_ns"]["p99"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(results(), st.sampled_from([(1_000,), (500, 2_000), (0, 100, 3_000)]),
+       st.sampled_from([1, 3]), st.sampled_from(["issue", "intended"]))
+def test_qos_shares_match_numpy(chunk, thresholds, period_bins, latency_from):
+    """QoS from analysis.scoring (kept with the other windowed figures): shares over arbitrary
+    thresholds per period, against a direct count."""
+    from analysis.scoring import qos, qos_bins
+
+    bin_ns = 1_000
+    bins = qos_bins(thresholds, bin_ns=bin_ns, latency_from=latency_from, ops=tuple(Op))
+    bins.add(chunk)
+    periods = qos(bins, period_s=period_bins * bin_ns / 1e9)
+    ok = (chunk["issue_ns"] >= 0) & (chunk["result"] >= 0)
+    start = chunk["issue_ns"] if latency_from == "issue" else chunk["intended_ns"]
+    latency = (chunk["complete_ns"] - start)[ok]
+    period = chunk["complete_ns"][ok] // (bin_ns * period_bins)
+    assert sum(p.ios for p in periods) == int(ok.sum())
+    for p in periods:
+        mine = period == p.index
+        for t in thresholds:
+            want = np.count_nonzero(latency[mine] > t) / mine.sum() if mine.any() else None
+            assert p.shares[t] == want
