@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,20 @@ def test_boot_timeout_ends_qemu_and_says_the_boot_did_not_finish(tmp_path):
     assert state["seconds"] >= 2
     assert "did NOT finish" in trace.metadata["description"]
     _assert_torn_down(trace.metadata)
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_boot_timeout_from_the_command_line_prints_a_clear_note(tmp_path):
+    output = tmp_path / "cli.parquet"
+    done = subprocess.run([sys.executable, "-c", "from replay.cli import main; main()", "capture",
+                           "recipe", "boot", "-o", str(output), "--timeout", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "note: the boot did not power off within the 2 s timeout" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "recipe boot" in done.stdout and str(output) in done.stdout
+    _assert_torn_down(_validated(output).metadata)
 
 
 @pytest.mark.root
