@@ -504,17 +504,35 @@ def test_match_kernel_agrees_with_reference(events, sectors, queue_slots):
     assert queued_by.tolist() == ref_queued
 
 
-@given(st.lists(st.integers(0, 64), max_size=50), st.integers(0, 47))
+_HEADER_FIELDS = st.fixed_dictionaries({
+    "time": st.integers(0, 2**63 - 1), "sector": st.integers(0, 2**64 - 1),
+    "bytes": st.integers(0, 2**32 - 1), "pid": st.integers(0, 2**32 - 1),
+    "device": st.integers(0, 2**32 - 1),
+    "action": st.integers(0, 2**32 - 1), "pdu_len": st.integers(0, 64),
+})
+
+
+@given(st.lists(_HEADER_FIELDS, max_size=50), st.integers(0, 47), st.booleans())
 @settings(max_examples=100, deadline=None)
-def test_scan_kernel_agrees_with_reference(pdu_lens, tail):
-    raw = b"".join(
-        blktrace._note(i, 0, blktrace.TN_PROCESS, b"x" * p, 0) for i, p in enumerate(pdu_lens)
-    ) + b"\x07" * tail
-    offsets, end, bad = blktrace._scan(np.frombuffer(raw, np.uint8), False)
-    expected = list(np.cumsum([0] + [48 + p for p in pdu_lens]))
-    assert offsets.tolist() == expected[:-1]
-    assert end == expected[-1]
+def test_decode_kernel_agrees_with_numpy(fields, tail, big):
+    # NumPy's structured dtype of the header, in either byte order, is the reference.
+    dtype = blktrace.RECORD_BE if big else blktrace.RECORD_LE
+    raw = b""
+    for f in fields:
+        record = np.zeros(1, dtype)
+        record["magic"] = blktrace.MAGIC | blktrace.VERSION
+        for name, value in f.items():
+            record[name] = value
+        raw += record.tobytes() + b"x" * f["pdu_len"]
+    raw += b"\x07" * tail
+    columns, end, bad, notify = blktrace._decoded(np.frombuffer(raw, np.uint8), big)
+    for name in ("time", "sector", "bytes", "action", "pid", "device"):
+        assert columns[name].tolist() == [f[name] for f in fields], name
+    starts = np.cumsum([0] + [48 + f["pdu_len"] for f in fields])
+    assert end == starts[-1]
     assert bad == -1
+    assert notify.tolist() == [int(s) for s, f in zip(starts, fields)
+                               if (f["action"] >> 16) & blktrace.TC_NOTIFY]
 
 
 @given(st.lists(st.tuples(st.integers(0, 0xFFFF), st.integers(0, 0xFF), st.sampled_from([0, 4096])), max_size=300),
@@ -588,13 +606,26 @@ def test_row_columns_kernel_agrees_with_numpy(n, seed):
         assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
-@given(st.integers(0, 300), st.integers(0, 2**32))
-@settings(max_examples=30, deadline=None)
-def test_split_kernel_agrees_with_astype(n, seed):
-    raw = np.random.default_rng(seed).integers(0, 256, n * 48, dtype=np.uint8)
-    records = raw.view(blktrace.RECORD_LE)
-    names = ("time", "sector", "bytes", "action", "pid", "device")
-    got = blktrace._split(*(records[name] for name in names))
-    for name, values in zip(names, got):
-        expected = records[name].astype(np.int64 if name == "time" else records[name].dtype.newbyteorder("="))
-        assert values.dtype == expected.dtype and np.array_equal(values, expected), name
+
+
+@given(st.lists(st.lists(st.tuples(st.integers(0, 20), st.sampled_from([1, 7, 8, 3])), max_size=30),
+                min_size=1, max_size=4), st.booleans())
+@settings(max_examples=100, deadline=None)
+def test_merge_orders_like_a_stable_sort_by_time_and_stage(runs, presorted):
+    # The reference: a stable sort of the runs, one after another, by (time, stage), where a
+    # queue is stage 0, a completion 2 and anything else 1.
+    stage = {1: 0, 8: 2}
+    if presorted:
+        runs = [sorted(r, key=lambda e: (e[0], stage.get(e[1], 1))) for r in runs]
+    events = [(t, code, run, i) for run, r in enumerate(runs) for i, (t, code) in enumerate(r)]
+    expected = sorted(events, key=lambda e: (e[0], stage.get(e[1], 1)))
+    parts = [{"time": np.array([t for t, _ in r], np.int64),
+              "sector": np.arange(len(r), dtype=np.uint64),
+              "bytes": np.full(len(r), run, np.uint32),
+              "action": np.array([c for _, c in r], np.uint32),
+              "pid": np.zeros(len(r), np.uint32), "device": np.zeros(len(r), np.uint32)}
+             for run, r in enumerate(runs)]
+    got = blktrace._merge(parts)
+    assert got["time"].tolist() == [e[0] for e in expected]
+    assert got["action"].tolist() == [e[1] for e in expected]
+    assert list(zip(got["bytes"].tolist(), got["sector"].tolist())) == [(e[2], e[3]) for e in expected]
