@@ -198,13 +198,21 @@ class _Deadline:
     it never lands half-way through writing a chunk."""
 
     def __init__(self, seconds):
-        self.at = None if seconds is None else time.monotonic() + float(seconds)
+        self.seconds = seconds
+        self.at = None
         self.passed = False
         self.waiting = False
         self._old = None
-        if self.at is not None and threading.current_thread() is threading.main_thread():
+
+    def start(self):
+        """Start the clock: at the first push, so that making the first chunk (loading a
+        generator's Numba kernels takes a few hundred ms) does not eat a short run."""
+        if self.seconds is None or self.at is not None:
+            return
+        self.at = time.monotonic() + float(self.seconds)
+        if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGALRM, self._fire)
-            signal.setitimer(signal.ITIMER_REAL, max(float(seconds), 1e-6))
+            signal.setitimer(signal.ITIMER_REAL, max(float(self.seconds), 1e-6))
 
     def _fire(self, signum, frame):
         self.passed = True
@@ -254,7 +262,11 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
             reps.append(_engine.Replayer(
                 None if engine == "null" else target.path,
                 engine=engine, afap=options.afap, speed=options.speed, depth=depth,
-                writable=writable, direct=direct, is_block=target.kind == "block",
+                # Only the first worker opens a block device O_EXCL (the kernel refuses a
+                # second exclusive open with EBUSY); its claim keeps the device from being
+                # mounted for the whole run. The others discard with fallocate(PUNCH_HOLE),
+                # which block devices also accept.
+                writable=writable, direct=direct, is_block=target.kind == "block" and not reps,
                 max_length=max_length, data=options.data, start_ns=start_ns,
             ))
         except OSError as e:
@@ -377,6 +389,7 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
                 chunk["offset"], chunk["length"], n = remap.apply(
                     mapping, chunk["offset"], chunk["length"], chunk["op"])
                 aligned += n
+                deadline.start()
                 deadline.wait(merger.push, chunk)
                 merger.collect(block=False)
                 if progress:
