@@ -1,0 +1,96 @@
+"""`replay bench TEST [TARGET] -o DIR`: the reviewers' standard tests on the engine, scored."""
+import json
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from replay.commands.run import Engine
+from replay.errors import ReplayError
+
+
+class Test(str, Enum):
+    mix = "mix"
+    seqmix = "seqmix"
+    steady = "steady"
+    act = "act"
+    pts = "pts"
+
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'8G', '64M', '4096', '4k' (powers of 1024) -> bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
+    if not m:
+        raise ReplayError(f"{text!r} is not a size: give bytes or a number with K, M, G or T "
+                          "(powers of 1024), for example 8G")
+    return int(m.group(1)) * _UNITS[m.group(2)]
+
+
+def bench(
+    test: Annotated[Test, typer.Argument(help="Which test: mix (4 KiB random read shares at QD3, QD32 and 32 workers at QD1), seqmix (128 KiB sequential at QD1), steady (random writes until steady state), act (Aerospike ACT load) or pts (SNIA PTS IOPS and latency).")],
+    target: Annotated[Optional[str], typer.Argument(help="Block device or regular file to test; its data in the span WILL be destroyed. May be left out only with --engine null.")] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the results set: results.json and one Parquet results file per run. Created if missing; files of the same names are replaced.")] = ...,
+    scale: Annotated[float, typer.Option(help="Multiply every run length by this: 0.01 runs the hour-long steady test in 36 s. Scored windows and rounds scale too (whole seconds, at least 1).")] = 1.0,
+    duration: Annotated[Optional[float], typer.Option(help="Seconds per measurement, overriding --scale: per point (mix, seqmix), the whole run (steady, act) or per element and round (pts).")] = None,
+    span: Annotated[Optional[str], typer.Option(help="Bytes of the target the test uses, from offset 0, for example 16G (default: 8G for mix, the whole target otherwise). The target must hold it.")] = None,
+    engine: Annotated[Engine, typer.Option(help="I/O engine, as for replay run; null does no I/O (for testing the pipeline).")] = Engine.io_uring,
+    destroy_data: Annotated[bool, typer.Option("--destroy-data", help="Test a block device even though it looks in use (mounted, partitioned, holding a filesystem). Its data WILL be destroyed.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the generators; the same seed gives the same I/Os.")] = 0,
+    window: Annotated[Optional[float], typer.Option(help="steady: seconds at the end that are scored (default 400, scaled).")] = None,
+    round_: Annotated[Optional[float], typer.Option("--round", help="steady: seconds per steady-state round (default 60, scaled).")] = None,
+    max_rounds: Annotated[int, typer.Option(help="steady and pts: rounds of the SNIA steady-state check before giving up.")] = 25,
+    multiple: Annotated[float, typer.Option(help="act: the load multiple X (2,000 X reads and 1,000 X writes per second).")] = 1.0,
+    search: Annotated[bool, typer.Option("--search", help="act: start at --start and step down by --step to the highest passing multiple, then narrow it to 1x; that is the score.")] = False,
+    start: Annotated[int, typer.Option(help="act --search: the first, high multiple.")] = 150,
+    step: Annotated[int, typer.Option(help="act --search: how far each failing run steps down.")] = 10,
+    period: Annotated[Optional[float], typer.Option(help="act: seconds per scored period (default an hour, scaled); every whole period must meet the limits.")] = None,
+    block_sizes: Annotated[Optional[str], typer.Option(help="pts: the IOPS test's block sizes, comma separated, including 4096 (default 512,4K,8K,16K,32K,64K,128K,1M).")] = None,
+    no_fill: Annotated[bool, typer.Option("--no-fill", help="mix, seqmix, steady: skip the 128 KiB sequential fill of the span (the drive is already in the state wanted).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print results.json instead of a table.")] = False,
+):
+    """Run one of the reviewers' standard tests on TARGET and score it as the reviews do.
+
+    Writes DIR/results.json and one results file per run; Ctrl-C keeps every finished run and the partial one, marked interrupted.
+
+    Example: replay bench mix /dev/sdc -o mix-sdc --scale 0.01
+    """
+    from synth.suite import BenchOptions, format_results, run_bench
+
+    notices = []
+
+    def on_run(entry):
+        s = entry["summary"]
+        typer.echo(f"{entry['name']}: {s['total_ios']:,} I/Os, {s['iops']:,.0f} IOPS, "
+                   f"{s['mb_per_s']:,.1f} MB/s" + (" (interrupted)" if entry["interrupted"] else ""),
+                   err=True)
+
+    try:
+        options = BenchOptions(
+            scale=scale, duration_s=duration, span=parse_size(span) if span else None,
+            engine=engine.value, destroy_data=destroy_data, seed=seed, window_s=window,
+            round_s=round_, max_rounds=max_rounds, multiple=multiple, search=search,
+            start=start, step=step, period_s=period,
+            block_sizes=tuple(parse_size(s) for s in block_sizes.split(",")) if block_sizes else None,
+            fill=not no_fill)
+        results = run_bench(test.value, target, output, options, on_run=on_run, notices=notices)
+    except ReplayError as e:
+        for n in dict.fromkeys(notices):
+            typer.echo(f"note: {n}", err=True)
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2)
+    for n in dict.fromkeys(notices):
+        typer.echo(f"note: {n}", err=True)
+    if json_out:
+        typer.echo(json.dumps(results, indent=2))
+    else:
+        typer.echo(format_results(results))
+        typer.echo(f"results: {output / 'results.json'}")
+    if results["interrupted"]:
+        typer.echo(f"interrupted: the {len(results['runs'])} runs done are saved in {output}, "
+                   "marked interrupted", err=True)
+        raise typer.Exit(130)
