@@ -10,6 +10,7 @@ import typer  # noqa: E402
 from replay.commands import capture, convert, library, run
 from replay.commands import report, verdict  # noqa: E402
 from replay.commands import compare  # noqa: E402
+from replay.commands import bench  # noqa: E402
 
 app = typer.Typer(
     help="tracereplay: replay real block I/O traces against drives and files.",
@@ -25,6 +26,7 @@ app.add_typer(library.app, name="traces")
 app.command("report")(report.report)
 app.command("verdict")(verdict.verdict)
 app.command("compare")(compare.compare)
+app.command("bench")(bench.bench)
 
 
 @app.callback()
