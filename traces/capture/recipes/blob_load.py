@@ -44,7 +44,7 @@ def blob_path(root: Path, blob_id: int) -> Path:
 
 def _write_durably(root: Path, blob_id: int, body: bytes) -> Path:
     path = blob_path(root, blob_id)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, body)
@@ -66,7 +66,9 @@ def populate(root: Path, mb: int, seed: int) -> None:
     for d in range(256):
         (root / "blobs" / f"{d:02x}").mkdir(parents=True, exist_ok=True)
     db = connect(root)
-    db.execute("CREATE TABLE IF NOT EXISTS blobs (id INTEGER PRIMARY KEY, name TEXT, size INTEGER, "
+    # AUTOINCREMENT: a deleted blob's id is never handed out again, so two PUTs never
+    # share a file name.
+    db.execute("CREATE TABLE IF NOT EXISTS blobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT, size INTEGER, "
                "created REAL, etag TEXT, content_type TEXT)")
     total, blob_id = 0, 0
     db.execute("BEGIN")
@@ -125,12 +127,9 @@ def client(root: Path, until: float, rate: float, seed: int, counts) -> None:
                     pass
         elif op == "put":
             size = blob_size(rng)
-            db.execute("BEGIN IMMEDIATE")
-            (blob_id,) = db.execute("SELECT coalesce(max(id), 0) + 1 FROM blobs").fetchone()
-            db.execute("INSERT INTO blobs VALUES (?, ?, ?, ?, ?, ?)",
-                       (blob_id, f"doc-{blob_id}.bin", size, time.time(), "pending",
-                        "application/octet-stream"))
-            db.execute("COMMIT")
+            blob_id = db.execute("INSERT INTO blobs (name, size, created, etag, content_type) "
+                                 "VALUES ('', ?, ?, 'pending', 'application/octet-stream')",
+                                 (size, time.time())).lastrowid
             _write_durably(root, blob_id, rng.bytes(size))
             db.execute("UPDATE blobs SET etag = ? WHERE id = ?", (f"{rng.integers(1 << 62):x}", blob_id))
         else:
