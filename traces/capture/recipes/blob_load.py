@@ -149,14 +149,22 @@ def mixed(root: Path, duration: float, clients: int, rate: float, seed: int) -> 
              for i in range(clients)]
     for p in procs:
         p.start()
-    totals = {}
-    for _ in procs:
-        for k, v in counts.get().items():
-            totals[k] = totals.get(k, 0) + v
-    for p in procs:
-        p.join()
+    # A client that dies must end the run, not leave the others waiting on it.
+    while any(p.is_alive() for p in procs):
+        if any(p.exitcode not in (None, 0) for p in procs):
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                p.join()
+            raise SystemExit(f"a client failed: exit codes {[p.exitcode for p in procs]}")
+        time.sleep(0.1)
     if any(p.exitcode for p in procs):
         raise SystemExit(f"a client failed: exit codes {[p.exitcode for p in procs]}")
+    totals = {}
+    for _ in procs:
+        for k, v in counts.get(timeout=10).items():
+            totals[k] = totals.get(k, 0) + v
     return totals
 
 
