@@ -261,7 +261,8 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
     verdict_html, notes = "", []
     targets = list(dict.fromkeys(it.label for it in items))
     if len(targets) == 2:
-        synthetic = [it for it in items if _is_synthetic(it.loaded)]
+        # Results sets are the synthetic side; without any, closed-loop runs of generated tests.
+        synthetic = sets or [it for it in files if _is_synthetic(it.loaded)]
         side = {t: ([it.path for it in synthetic if it.label == t],
                     [it.path for it in files if it.label == t and it not in synthetic]) for t in targets}
         (sa, fa), (sb, fb) = side[targets[0]], side[targets[1]]
