@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from analysis import scoring
 from analysis.summary import RunSummary
@@ -76,6 +78,30 @@ def test_a_finite_generator_is_replayed_row_for_row_on_the_null_engine(tmp_path)
     assert md["trace"]["metadata"]["parameters"] == gen.parameters()
     assert md["bench"] == {"test": "t", "run": "r", "role": "measure"}
     assert set(schema.RESULT_COLUMNS) <= set(tf.column_names)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(read_share=st.floats(0, 1), count=st.integers(0, 5000), workers=st.integers(1, 4),
+       qd=st.integers(1, 64), chunk_rows=st.integers(1, 3000), sequential=st.booleans(),
+       seed=st.integers(0, 2**32))
+def test_any_generator_run_keeps_every_row_in_order(tmp_path, read_share, count, workers, qd,
+                                                    chunk_rows, sequential, seed):
+    make = g.sequential_mix if sequential else g.random_mix
+    gen = make(read_share=read_share, span=16 * MIB, count=count, queue_depth=qd, seed=seed)
+    out = tmp_path / f"r{seed}.parquet"
+    outcome = replay(gen, None, RunOptions(engine="null", afap=True, qd=qd, workers=workers,
+                                           chunk_rows=chunk_rows), output=out)
+    assert outcome.rows == count and not outcome.interrupted
+    cols = ("op", "offset", "length")
+    want = [c for c in gen.chunks()]
+    got = list(chunks_of(out, list(cols) + ["result"]))
+    for name in cols:
+        np.testing.assert_array_equal(
+            np.concatenate([c[name] for c in got]) if got else np.empty(0, np.int64),
+            np.concatenate([c[name] for c in want]) if want else np.empty(0, np.int64))
+    assert all((c["result"] == c["length"]).all() for c in got)
+    assert open_trace(out).metadata["trace"]["rows"] == count
+    out.unlink()
 
 
 def test_generator_source_knows_its_span_and_mix_without_a_pass():
