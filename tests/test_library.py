@@ -111,3 +111,63 @@ def test_oltp_like_wal_is_sequential():
 def test_oltp_like_refuses_a_tiny_span():
     with pytest.raises(ValueError, match="too small"):
         oltp_like(span=64 * KIB)
+
+
+# -- the captured traces (issue 4): made by `replay capture recipe NAME` with default knobs --
+
+CAPTURED = ("oltp", "blob", "filecopy")
+
+
+def _characterise(name):
+    from analysis.characterise import characterise
+
+    return characterise(open_trace(library.resolve(name)))
+
+
+@pytest.mark.parametrize("name", CAPTURED)
+def test_captured_trace_says_how_it_was_made(name):
+    from traces.capture.recipes import load
+
+    path = library.resolve(name)
+    assert path.stat().st_size <= 4 << 20  # the library stays small
+    metadata = open_trace(path).metadata
+    recipe = metadata["recipe"]
+    assert recipe["recipe"] == name == metadata["source"]["recipe"]
+    # Bundled with the recipe's defaults, so `replay capture recipe NAME` captures it again.
+    assert recipe["knobs"] == {k: default for k, (_t, default, _h) in load(name).KNOBS.items()}
+    assert recipe["applications"] and all(recipe["applications"].values())
+    assert recipe["filesystem"]["type"] == "ext4" and "mkfs.ext4" in recipe["filesystem"]["mkfs"]
+    assert recipe["memory"]["memory_limit_bytes"] > 0
+    assert {"kernel", "backend", "date", "host"} <= set(recipe)
+    assert metadata["source"]["kind"] == f"capture:{recipe['backend']}"
+    assert metadata["source"]["lost_events"] == 0
+    assert "SYNTHETIC" not in metadata["description"]
+
+
+def test_oltp_trace_is_mostly_8k_reads_and_writes_with_flushes():
+    c = _characterise("oltp")
+    size, _count, share = c.dominant_sizes[0]
+    assert size == 8 * KIB and share > 0.5
+    assert 0.05 < c.flushes / c.ios < 0.3  # WAL commits
+    assert 0.25 < c.read_share_count < 0.75  # random table reads and writes both
+    assert c.duration_ns > 20e9 and c.ios > 20_000
+    assert c.sequential_share < 0.2
+
+
+def test_blob_trace_is_read_mostly_by_bytes_with_flushes():
+    c = _characterise("blob")
+    assert c.read_share_bytes > 0.5  # GETs dominate the bytes
+    assert c.flushes / c.ios > 0.05  # every PUT is fsynced, renamed, its directory fsynced
+    large_reads = sum(v["read"] for k, v in c.size_histogram.items()
+                      if k in ("<=128 KiB", "<=256 KiB", "<=512 KiB", "<=1 MiB", "<=2 MiB", "<=4 MiB"))
+    assert large_reads > 0.2 * c.reads  # blob bodies are 64 KiB and more
+    assert c.duration_ns > 30e9
+
+
+def test_filecopy_trace_is_mostly_large_writes():
+    columns, _ = read_trace(library.resolve("filecopy"))
+    op, length = columns["op"], columns["length"]
+    written = length[op == Op.WRITE]
+    assert written.sum() > 0.95 * length[op != Op.FLUSH].sum()  # a copy onto the device writes
+    assert written[written >= 512 * KIB].sum() > 0.8 * written.sum()
+    assert written.sum() >= 1 << 30  # the whole folder reached the device before sync returned
