@@ -1,0 +1,98 @@
+"""Two drives on one machine, end to end: a fast loop device over /dev/shm and a slow one over the
+local disk throttled by a private block cgroup; `replay bench mix` (or, where it is missing, a
+70/30 QD32 replay of a generated trace) and `replay run demo` on each, then `replay verdict` and
+`replay report`. Prints the verdict; removes the devices, files and cgroup however it ends.
+
+    python bench/two_drives.py [--quick] [--riops 2000] [--keep DIR]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+from bench import targets  # noqa: E402
+
+MIB = 1 << 20
+REPLAY = [sys.executable, "-c", "from replay.cli import main; main()"]
+
+
+def _replay(args, throttle=None, check=True):
+    """Run `replay ARGS`, inside the throttle's cgroup when given; returns stdout."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "160"}
+    extra = throttle.popen_kwargs() if throttle else {}
+    print("$ replay " + " ".join(map(str, args)) + ("   # in the throttled cgroup" if throttle else ""),
+          flush=True)
+    done = subprocess.run([*REPLAY, *map(str, args)], capture_output=True, text=True, cwd=REPO,
+                          env=env, **extra)
+    if check and done.returncode != 0:
+        raise SystemExit(f"replay {args[0]} failed ({done.returncode}): {done.stderr.strip()}")
+    return done
+
+
+def _has_bench() -> bool:
+    return _replay(["bench", "--help"], check=False).returncode == 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smaller drives and shorter mix points")
+    p.add_argument("--size", type=int, default=512, help="MiB per drive (default 512)")
+    p.add_argument("--riops", type=int, default=2000, help="slow drive's read IOPS limit")
+    p.add_argument("--wiops", type=int, default=2000, help="slow drive's write IOPS limit")
+    p.add_argument("--bps", type=int, default=64, help="slow drive's MiB/s limit, each direction")
+    p.add_argument("--keep", type=Path, help="keep the results and the report in this directory")
+    a = p.parse_args(argv)
+    size = (256 if a.quick else a.size) * MIB
+    work = a.keep or Path(tempfile.mkdtemp(prefix="tracereplay-two-drives-"))
+    work.mkdir(parents=True, exist_ok=True)
+    bench = _has_bench()
+    with targets.drive_pair(size, riops=a.riops, wiops=a.wiops, rbps=a.bps * MIB,
+                            wbps=a.bps * MIB) as (fast, slow, throttle):
+        print(f"fast drive: {fast} (loop over /dev/shm)")
+        print(f"slow drive: {slow} (loop over /var/tmp, {throttle.kind}: {throttle.limits})")
+        pair = (("slow", slow, throttle), ("fast", fast, None))
+        for name, dev, th in pair if bench else ():
+            done = _replay(["bench", "mix", dev, "-o", work / f"{name}-mix", "--duration",
+                            "0.5" if a.quick else "1", "--span", str(size), "--destroy-data"], th,
+                           check=False)
+            if done.returncode != 0:
+                last = done.stderr.strip().splitlines()[-1:] or ["(no message)"]
+                print(f"replay bench mix failed on {dev}: {last[0]}\n"
+                      "using a 70/30 QD32 replay of a generated trace on both drives instead")
+                bench = False
+                break
+        if not bench:
+            from synth.generators import random_mix, to_trace
+            mix = to_trace(random_mix(block_size=4096, read_share=0.7, span=size, span_start=0,
+                                      count=20_000 if a.quick else 60_000, queue_depth=32, seed=0),
+                           work / "r70-qd32.parquet")
+            for name, dev, th in pair:
+                _replay(["run", mix, dev, "--afap", "--qd", "32", "--destroy-data",
+                         "-o", work / f"{name}-mix.parquet"], th)
+        for name, dev, th in pair:
+            (work / name).mkdir(exist_ok=True)
+            _replay(["run", "demo", dev, "--remap", "wrap", "--destroy-data",
+                     "-o", work / name / "demo.parquet"], th)
+    synth = "mix" if bench else "mix.parquet"
+    verdict = _replay(["verdict", "--synthetic-a", work / f"slow-{synth}", "--synthetic-b",
+                       work / f"fast-{synth}", "--traces-a", work / "slow", "--traces-b",
+                       work / "fast", "--label-a", "slow", "--label-b", "fast"])
+    print(verdict.stdout)
+    inputs = [work / f"slow-{synth}", work / "slow" / "demo.parquet",
+              work / f"fast-{synth}", work / "fast" / "demo.parquet"]
+    _replay(["report", *inputs, *["--label", "slow"] * 2, *["--label", "fast"] * 2,
+             "-o", work / "report.html"])
+    if a.keep:
+        print(f"results and report kept in {work}")
+    else:
+        subprocess.run(["rm", "-rf", "--", str(work)], check=False)
+
+
+if __name__ == "__main__":
+    main()
