@@ -1,0 +1,74 @@
+"""`replay bench steady` at growing durations: peak RSS on the null engine (goal: flat, not
+growing with the run's length; an hour at QD32 must fit in a few chunks), and the bytes per
+I/O of a results file on a loop device (what an hour of per-I/O results costs on disk).
+
+How to read it: each row is one `replay bench steady` in a fresh process; "peak RSS" is its
+ru_maxrss. "B/row" is the steady run's Parquet file size / its rows. The null engine's results
+compress far better (identical latencies) than a real device's, so the loop-device row is
+the one to price an hour: rows x B/row.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _harness import machine, parser, table, write_json
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bench_steady(out, *args):
+    """One `replay bench steady ... -o out` in a fresh process: (results.json, peak RSS MB, s)."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from replay.cli import main; main()", "bench", "steady", *args,
+         "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.monotonic() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"replay bench failed: {proc.stderr.read().decode()}")
+    proc.stderr.close()
+    return json.loads((out / "results.json").read_text()), usage.ru_maxrss / 1024, elapsed
+
+
+def row_of(label, duration, out, results, rss, elapsed):
+    run = next(r for r in results["runs"] if r["name"] == "steady")
+    rows = run["summary"]["total_ios"]
+    size = (out / run["file"]).stat().st_size
+    return [label, duration, round(elapsed, 1), rows, round(run["summary"]["iops"]),
+            round(size / max(rows, 1), 2), round(rss)]
+
+
+def main():
+    p = parser(__doc__)
+    args = p.parse_args()
+    durations = (5, 15) if args.quick else (10, 30, 60)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tracereplay-bench-suite-", dir="/var/tmp") as tmp:
+        for d in durations:
+            out = Path(tmp) / f"null-{d}"
+            results, rss, elapsed = bench_steady(out, "--engine", "null", "--span", "8G",
+                                                 "--duration", str(d))
+            rows.append(row_of("null engine", d, out, results, rss, elapsed))
+            for f in out.iterdir():  # keep the temp disk small between runs
+                f.unlink()
+        if os.geteuid() == 0:
+            import targets
+
+            d = 5 if args.quick else 20
+            with targets.loop_device(size=1 << 30, span=1 << 30) as dev:
+                out = Path(tmp) / "loop"
+                results, rss, elapsed = bench_steady(out, dev, "--span", "256M", "--duration", str(d))
+                rows.append(row_of("loop device", d, out, results, rss, elapsed))
+    headers = ["target", "duration s", "wall s", "rows", "IOPS", "B/row", "peak RSS MB"]
+    print(table(headers, rows))
+    write_json(args.json, {"machine": machine(), "headers": headers, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
