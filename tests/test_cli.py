@@ -100,7 +100,7 @@ def _too_small_target(tmp_path):
 
 
 def _unknown_name(tmp_path):
-    return ["no-such-trace"], "not a file and not a bundled trace; bundled traces are: demo"
+    return ["no-such-trace"], "not a file and not a bundled trace; bundled traces are: blob, boot, demo, filecopy, oltp"
 
 
 @pytest.mark.parametrize("case", [_missing_trace, _not_parquet, _too_small_target, _unknown_name],
