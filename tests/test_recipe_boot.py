@@ -205,6 +205,7 @@ def test_bundled_boot_trace_is_a_captured_boot_mostly_reads():
     assert meta["recipe"]["boot"]["reached_poweroff"] is True
     assert meta["recipe"]["emulator"]["execution"] == "emulated"
     assert meta["source"]["lost_events"] == 0
+    assert meta["name"] == "boot" and meta["license"] == "MIT"
     c = characterise(trace)
     assert 300 < c.ios < 20_000
     assert c.read_share_count > 0.7

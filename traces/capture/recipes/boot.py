@@ -183,6 +183,7 @@ def _capture_boot(session: Session, device: str, output: Path, command: list[str
     metadata["description"] = (
         f"An OS boot: a minimal Debian {image.suite} guest (kernel {image.kernel_version}, systemd) "
         f"booted by qemu from an ext4 filesystem on the traced device, {how}. {ending}")
+    metadata.setdefault("license", "MIT")  # the project's, as for every recipe trace
     metadata["source"]["recipe"] = "boot"
     metadata["recipe"] = session.provenance
     metadata["provenance"] = (f"captured on {platform.node()} by `replay capture recipe boot` "
