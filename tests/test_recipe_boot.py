@@ -31,12 +31,11 @@ def _validated(path: Path):
     return trace
 
 
-def _boot_loops() -> list[str]:
-    """Loop devices whose backing file is a boot recipe's scratch file."""
+def _loop_backing_files() -> list[str]:
+    """Backing files of every attached loop device."""
     out = subprocess.run(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE"],
                          capture_output=True, text=True, check=True).stdout
-    return [d["name"] for d in json.loads(out or "{}").get("loopdevices", [])
-            if "/tracereplay-boot-" in (d.get("back-file") or "")]
+    return [d.get("back-file") or "" for d in json.loads(out or "{}").get("loopdevices", [])]
 
 
 def _qemu_on(device: str) -> list[int]:
@@ -59,7 +58,8 @@ def _assert_torn_down(metadata: dict):
     """Nothing of the run is left: loop device, its backing directory, qemu, mounts, tracefs."""
     device = metadata["device"]
     assert _qemu_on(device["path"]) == []
-    assert _boot_loops() == []
+    # This run's own scratch device only: other engineers' recipe runs may be under way.
+    assert not any(f.startswith(device["loop_backing_file"]) for f in _loop_backing_files())
     workdir = Path(device["loop_backing_file"]).parent
     assert not workdir.exists()
     mounts = Path("/proc/self/mounts").read_text()
