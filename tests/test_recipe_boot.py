@@ -6,8 +6,10 @@ The guest image is built once (a few minutes) into /var/cache/tracereplay and re
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +134,62 @@ def test_boot_timeout_from_the_command_line_prints_a_clear_note(tmp_path):
     assert "Traceback" not in done.stderr
     assert "recipe boot" in done.stdout and str(output) in done.stdout
     _assert_torn_down(_validated(output).metadata)
+
+
+def _qemu_children(parent: int) -> dict[int, str]:
+    """{pid: disk device} of the qemu processes whose parent is `parent`."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(re.search(r"^PPid:\s+(\d+)", status, re.M).group(1))
+        if ppid == parent and argv[0].endswith(b"qemu-system-x86_64"):
+            drive = next(a.decode() for a in argv if a.startswith(b"file="))
+            found[int(entry.name)] = drive.split(",")[0].removeprefix("file=")
+    return found
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_boot_ctrl_c_ends_qemu_and_removes_everything(tmp_path):
+    output = tmp_path / "interrupted.parquet"
+    proc = subprocess.Popen([sys.executable, "-c", "from replay.cli import main; main()", "capture",
+                             "recipe", "boot", "-o", str(output)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if "tracing with" in line:
+                break
+        qemu = {}
+        for _ in range(100):  # qemu starts just after tracing does
+            qemu = _qemu_children(proc.pid)
+            if qemu:
+                break
+            time.sleep(0.1)
+        assert qemu, "qemu did not start"
+        backing = [Path(f"/sys/block/{Path(d).name}/loop/backing_file").read_text().strip()
+                   for d in qemu.values()]
+        time.sleep(2)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted: no trace was written" in err and "Traceback" not in err
+    assert not output.exists()
+    assert list(tmp_path.iterdir()) == []
+    for device in qemu.values():
+        assert _qemu_on(device) == []
+    for file in backing:
+        assert not any(f.startswith(file) for f in _loop_backing_files())
+        assert not Path(file).parent.exists()
 
 
 @pytest.mark.root
