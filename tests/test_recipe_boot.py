@@ -269,3 +269,12 @@ def test_bundled_boot_trace_is_a_captured_boot_mostly_reads():
     assert c.read_share_count > 0.7
     assert 4 * KIB in [size for size, _, _ in c.dominant_sizes]
     assert os.path.getsize(BUNDLED) < 4 << 20
+
+
+@pytest.mark.root
+def test_failed_image_build_says_why_and_leaves_nothing_in_the_cache(tmp_path):
+    with pytest.raises(boot_image.ImageBuildError, match="is the mirror reachable") as info:
+        boot_image.build_image(tmp_path, "bookworm", mirror="http://127.0.0.1:9/debian")
+    assert "debootstrap failed" in str(info.value)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == [f"boot-bookworm-{boot_image.cache_key('bookworm')}.lock"]
