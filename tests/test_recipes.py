@@ -28,9 +28,10 @@ def replay_cli(*args, timeout=300):
                           env={**os.environ, "COLUMNS": "200"})
 
 
-def leftovers(recipe: str) -> dict:
-    """What a run of `recipe` could leave: loop devices, mounts, cgroups, processes."""
-    tag = f"tracereplay-{recipe}-"
+def leftovers(recipe: str, pid: int) -> dict:
+    """What a run of `recipe` in process `pid` could leave: loop devices, mounts, cgroups,
+    processes (their names carry the recipe and the pid, so concurrent runs do not count)."""
+    tag = f"tracereplay-{recipe}-{pid}-"
     listing = subprocess.run(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE"],
                              capture_output=True, text=True).stdout
     loops = {d["name"] for d in json.loads(listing or "{}").get("loopdevices", [])
@@ -50,15 +51,16 @@ def leftovers(recipe: str) -> dict:
 
 
 @pytest.fixture
-def clean(request):
-    """Asserts the recipe named by the test left nothing behind that was not there before."""
-    def check(recipe):
-        before = leftovers(recipe)
-        checks.append((recipe, before))
+def clean():
+    """clean(recipe, pid): at the end, asserts a run of `recipe` in `pid` (default: this
+    process) left nothing behind that was not there before."""
+    def check(recipe, pid=None):
+        pid = os.getpid() if pid is None else pid
+        checks.append((recipe, pid, leftovers(recipe, pid)))
     checks = []
     yield check
-    for recipe, before in checks:
-        after = leftovers(recipe)
+    for recipe, pid, before in checks:
+        after = leftovers(recipe, pid)
         left = {k: after[k] - before[k] for k in after if after[k] - before[k]}
         assert not left, f"recipe {recipe} left {left}"
 
@@ -220,12 +222,12 @@ def test_a_failing_workload_still_tears_down(tmp_path, clean):
 @pytest.mark.loopdev
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_recipe_tears_down(tmp_path, clean, sig):
-    clean("blob")
     out = tmp_path / "blob.parquet"
     proc = subprocess.Popen(
         [sys.executable, "-c", "from replay.cli import main; main()", "capture", "recipe", "blob",
          "-o", out, "--duration", "120", "--populate-mb", "16", "--rate", "20", "--clients", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    clean("blob", proc.pid)
     try:
         for line in proc.stderr:
             if "tracing with" in line:

@@ -223,7 +223,8 @@ class Session:
         if threading.current_thread() is threading.main_thread():
             self._old_handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._on_term)
         self._stack.__enter__()
-        self.tmpdir = Path(tempfile.mkdtemp(prefix=f"tracereplay-{self.recipe}-"))
+        # The pid in the name tells concurrent runs' scratch files, mounts and processes apart.
+        self.tmpdir = Path(tempfile.mkdtemp(prefix=f"tracereplay-{self.recipe}-{os.getpid()}-"))
         self.defer(shutil.rmtree, self.tmpdir, ignore_errors=True)
         return self
 
