@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from analysis.histogram import LatencyHistogram, bin_lower, bin_width
+from analysis.histogram import LatencyHistogram, bin_index, bin_lower, bin_width
 from traces.schema import RESULT_COLUMNS, TRACE_COLUMNS, Op
 
 _COLUMNS = ("ts_ns", "op", "length", "intended_ns", "issue_ns", "complete_ns", "result")
@@ -18,7 +18,11 @@ PERCENTILES = (50.0, 99.0, 99.9)
 # Issue-error bounds whose shares are reported: Buttress's 100 us, and one decade either side.
 BOUNDS_NS = (10_000, 100_000, 1_000_000)
 _NEVER = np.iinfo(np.int64).max  # a captured I/O still in flight when the capture ended
+_INT64_MIN = np.iinfo(np.int64).min
 _READ_ROWS = 1 << 20  # rows per chunk: fewer Python round trips than the reader's default
+_READ, _WRITE = int(Op.READ), int(Op.WRITE)
+# Moves an insertion sort may make per row before the chunk is sorted by NumPy instead.
+_SORT_BUDGET = 32
 
 
 class SignedHistogram:
@@ -30,18 +34,21 @@ class SignedHistogram:
         self.neg, self.pos = LatencyHistogram(), LatencyHistogram()
         self.bounds = tuple(int(b) for b in bounds)
         self.within = [0] * len(self.bounds)
+        self._bounds = np.array(self.bounds, np.int64)
 
     def add(self, values):
-        values = np.asarray(values, dtype=np.int64)
+        values = np.ascontiguousarray(values, dtype=np.int64)
         if not values.size:
             return
-        negative = values < 0
-        self.neg.add(-values[negative])
-        self.pos.add(values[~negative])
-        if self.bounds:
-            magnitude = np.abs(values)
-            for j, b in enumerate(self.bounds):
-                self.within[j] += int(np.count_nonzero(magnitude <= b))
+        if values.min() == _INT64_MIN:
+            raise ValueError("value -2**63 has no int64 magnitude; errors must be within int64")
+        within = np.zeros(len(self.bounds), np.int64)
+        neg, pos = _signed_add(values, self.neg.counts, self.pos.counts, self._bounds, within)
+        for h, (n, mean, m2, lo, hi) in ((self.neg, neg), (self.pos, pos)):
+            if n:
+                h._combine(int(n), float(mean), float(m2), int(lo), int(hi))
+        for j, w in enumerate(within.tolist()):
+            self.within[j] += w
 
     @property
     def count(self):
@@ -105,53 +112,98 @@ def _human(ns):
 # ---- kernels --------------------------------------------------------------------------------
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def _heap_push(heap, size, v):
-    i = size
-    heap[i] = v
-    while i > 0:
-        parent = (i - 1) >> 1
-        if heap[parent] <= heap[i]:
-            break
-        heap[parent], heap[i] = heap[i], heap[parent]
-        i = parent
-    return size + 1
+@numba.njit(nogil=True, cache=True)
+def _signed_add(values, neg_counts, pos_counts, bounds, within):
+    """One pass of SignedHistogram.add: |v| counted into neg_counts (v < 0) or pos_counts, and
+    within[j] += how many |v| <= bounds[j]. Returns (n, mean, M2, min, max) of each side's
+    magnitudes, computed exactly as histogram._add_kernel would on that side alone (the same
+    reference value, Kahan sum and order), so means agree to the bit with separate adds.
+
+    Rejected: a sign mask, two gathers, a negation and one count per bound in NumPy, then two
+    LatencyHistogram.add calls: 23 ms per million values; per-side state in small arrays
+    indexed by sign: 13; scalars per side, as here: ~6.
+    """
+    nn = npos = 0
+    nref = ns = nc = nsq = 0.0
+    pref = ps = pc = psq = 0.0
+    nlo = plo = np.iinfo(np.int64).max
+    nhi = phi = np.int64(0)
+    for i in range(values.shape[0]):
+        v = values[i]
+        if v < 0:
+            v = -v
+            neg_counts[bin_index(v)] += 1
+            if nn == 0:
+                nref = float(v)
+            d = float(v) - nref
+            y = d - nc
+            t = ns + y
+            nc = (t - ns) - y
+            ns = t
+            nsq += d * d
+            nn += 1
+            nlo = min(nlo, v)
+            nhi = max(nhi, v)
+        else:
+            pos_counts[bin_index(v)] += 1
+            if npos == 0:
+                pref = float(v)
+            d = float(v) - pref
+            y = d - pc
+            t = ps + y
+            pc = (t - ps) - y
+            ps = t
+            psq += d * d
+            npos += 1
+            plo = min(plo, v)
+            phi = max(phi, v)
+        for j in range(bounds.shape[0]):
+            if v <= bounds[j]:
+                within[j] += 1
+    return _side(nn, nref, ns, nsq, nlo, nhi), _side(npos, pref, ps, psq, plo, phi)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _heap_pop(heap, size):
-    size -= 1
-    heap[0] = heap[size]
-    i = 0
-    while True:
-        left = 2 * i + 1
-        if left >= size:
-            break
-        child = left
-        if left + 1 < size and heap[left + 1] < heap[left]:
-            child = left + 1
-        if heap[i] <= heap[child]:
-            break
-        heap[i], heap[child] = heap[child], heap[i]
-        i = child
-    return size
+def _side(k, ref, s, sq, lo, hi):
+    if k == 0:
+        return k, 0.0, 0.0, lo, hi
+    return k, ref + s / k, max(sq - s * s / k, 0.0), lo, hi
 
 
 @numba.njit(nogil=True, cache=True)
-def inflight_at_starts(start, end, heap, size, out):
-    """For intervals [start[i], end[i]) taken in order of non-decreasing start, out[i] = how many
-    earlier intervals are still open at start[i] (end > start[i]). `heap` (a min-heap of open
-    ends, `size` of them) carries across calls. Returns (rows done, new size): fewer rows than
-    given when the heap is full; the caller grows it and calls again from there."""
-    for i in range(start.shape[0]):
+def inflight_at_starts(start, end, sorted_ends, carried, out):
+    """For intervals [start[i], end[i]) with non-decreasing start and end >= start, out[i] = how
+    many earlier intervals are still open at start[i] (end > start[i]). `sorted_ends` holds, in
+    ascending order, the ends of these intervals plus those of `carried` earlier ones (all
+    ending after start[0]). Returns k, how many of sorted_ends are <= start[-1]: the rest are
+    the intervals still open, to carry into the next call.
+
+    Earlier-and-open = (carried + i) - (ends <= start[i]) + (ends <= start[i] of i and later
+    intervals); the last are empty intervals starting at start[i], counted by a backward pass.
+    Rejected: a min-heap of open ends, pop and push per interval: 128 ns per interval with ~10
+    open; a merge with a branch per step: 22; this branch-free merge after sorting the ends ~8.
+    """
+    n = start.shape[0]
+    z = 0
+    for i in range(n - 1, -1, -1):
+        if i == n - 1 or start[i] != start[i + 1]:
+            z = 0
+        if end[i] == start[i]:
+            z += 1
+        out[i] = z
+    m = sorted_ends.shape[0]
+    if n == 0:
+        return 0
+    i = k = 0
+    last = m - 1
+    while i < n:
+        # Either the next end is at or before start[i] (k advances) or start[i] is done.
         t = start[i]
-        while size > 0 and heap[0] <= t:
-            size = _heap_pop(heap, size)
-        out[i] = size
-        if size == heap.shape[0]:
-            return i, size
-        size = _heap_push(heap, size, end[i])
-    return start.shape[0], size
+        closed = (k < m) & (sorted_ends[min(k, last)] <= t)
+        k += closed
+        out[i] += (carried + i - k) * (1 - closed)
+        i += 1 - closed
+    return k
 
 
 @numba.njit(nogil=True, cache=True)
@@ -168,28 +220,85 @@ def count_reordered(seq, max_seen):
 
 
 @numba.njit(nogil=True, cache=True)
-def is_sorted(a):
-    for i in range(1, a.shape[0]):
-        if a[i] < a[i - 1]:
+def sort_by_issue(issue, complete, seq, cap, budget):
+    """Stable insertion sort of the four arrays, in place, by issue: linear on results, whose
+    issue order departs from trace order only locally. Gives up (returns False, leaving a
+    permutation whose equal keys are still in their first order) after `budget` moves, so a
+    far-reordered input costs no more than the caller's fallback sort.
+
+    Rejected: np.lexsort((seq, issue)) and four gathers per chunk, ~110 ms per million rows
+    with the concatenations around it; this pass ~5.
+    """
+    moves = 0
+    for i in range(1, issue.shape[0]):
+        key = issue[i]
+        if issue[i - 1] <= key:
+            continue
+        c, s, p = complete[i], seq[i], cap[i]
+        j = i
+        while j > 0 and issue[j - 1] > key:
+            issue[j] = issue[j - 1]
+            complete[j] = complete[j - 1]
+            seq[j] = seq[j - 1]
+            cap[j] = cap[j - 1]
+            j -= 1
+        issue[j], complete[j], seq[j], cap[j] = key, c, s, p
+        moves += i - j
+        if moves > budget:
             return False
     return True
 
 
+@numba.njit(nogil=True, cache=True)
+def _scan(op, length, intended, issue, complete, result):
+    """Run-level tallies of one chunk: (trace bytes of reads and writes, trace reads, issued
+    rows, bytes transferred, issued reads, earliest intended-or-issue, last completion)."""
+    trace_bytes = trace_reads = issued = nbytes = reads = 0
+    first = np.iinfo(np.int64).max
+    last = np.iinfo(np.int64).min
+    for i in range(op.shape[0]):
+        k = op[i]
+        if k == _READ or k == _WRITE:
+            trace_bytes += length[i]
+        if k == _READ:
+            trace_reads += 1
+        if issue[i] < 0:
+            continue
+        issued += 1
+        if result[i] > 0:
+            nbytes += result[i]
+        if k == _READ:
+            reads += 1
+        first = min(first, min(intended[i], issue[i]))
+        last = max(last, complete[i])
+    return trace_bytes, trace_reads, issued, nbytes, reads, first, last
+
+
+@numba.njit(nogil=True, cache=True)
+def _gaps(issue, ts, prev_issue, prev_ts, speed, out):
+    """Inter-arrival errors: out[i] = (issue[i] - issue[i-1]) - rint((ts[i] - ts[i-1]) / speed),
+    with (prev_issue, prev_ts) as row -1; the same float steps as NumPy's expression."""
+    for i in range(issue.shape[0]):
+        out[i] = (issue[i] - prev_issue) - np.int64(np.rint(np.float64(ts[i] - prev_ts) / speed))
+        prev_issue = issue[i]
+        prev_ts = ts[i]
+
+
 class _OpenIntervals:
-    """In-flight counting across chunks with a growable heap of open interval ends."""
+    """In-flight counting across chunks: the sorted ends of intervals still open at the last
+    start seen."""
 
     def __init__(self):
-        self.heap = np.empty(1024, np.int64)
-        self.size = 0
+        self.open = np.empty(0, np.int64)
 
     def counts(self, start, end):
+        ends = np.concatenate([self.open, end])
+        # Rejected: an insertion sort (the ends are nearly sorted): 24 ms per million ends with
+        # lognormal latencies, ten in flight; NumPy's sort: 13.
+        ends.sort()
         out = np.empty(len(start), np.int64)
-        done = 0
-        while done < len(start):
-            n, self.size = inflight_at_starts(start[done:], end[done:], self.heap, self.size, out[done:])
-            done += n
-            if done < len(start):
-                self.heap = np.concatenate([self.heap, np.empty(len(self.heap), np.int64)])
+        k = inflight_at_starts(start, end, ends, len(self.open), out)
+        self.open = ends[k:].copy()
         return out
 
 
@@ -278,7 +387,7 @@ class FidelityBuilder:
         ts, length, intended, issue, complete, result = (
             np.ascontiguousarray(chunk[n], dtype=np.int64)
             for n in ("ts_ns", "length", "intended_ns", "issue_ns", "complete_ns", "result"))
-        op = np.asarray(chunk["op"])
+        op = np.ascontiguousarray(chunk["op"])
         n = len(ts)
         if not n:
             return
@@ -288,44 +397,47 @@ class FidelityBuilder:
         if self._first_ts is None:
             self._first_ts = int(ts[0])
         self._last_ts = int(ts[-1])
-        transfer = (op == Op.READ) | (op == Op.WRITE)
-        self._trace_bytes += int(length[transfer].sum())
-        self._trace_reads += int(np.count_nonzero(op == Op.READ))
+        trace_bytes, trace_reads, issued_n, nbytes, reads, first, last = _scan(
+            op, length, intended, issue, complete, result)
+        self._trace_bytes += int(trace_bytes)
+        self._trace_reads += int(trace_reads)
         captured_inflight = None
         if self.with_latency:
             latency = np.ascontiguousarray(chunk[LATENCY], dtype=np.int64)
             ends = np.where(latency >= 0, ts + np.maximum(latency, 0), _NEVER)
             captured_inflight = self._captured.counts(ts, ends)
         # The replay.
-        issued = issue >= 0
-        if not issued.all():
-            ts, op, length, intended, issue, complete, result, seq = (
-                a[issued] for a in (ts, op, length, intended, issue, complete, result, seq))
+        if issued_n < n:
+            issued = issue >= 0
+            ts, issue, intended, complete, seq = (a[issued] for a in (ts, issue, intended, complete, seq))
             if captured_inflight is not None:
                 captured_inflight = captured_inflight[issued]
             if self.with_latency:
                 latency = latency[issued]
-        if not len(ts):
+        if not issued_n:
             return
-        self.issued += len(ts)
-        first = int(np.minimum(intended, issue).min())
-        self._start = first if self._start is None else min(self._start, first)
-        last = int(complete.max())
-        self._end = last if self._end is None else max(self._end, last)
-        self._bytes += int(result[result > 0].sum())
-        self._reads += int(np.count_nonzero(op == Op.READ))
+        self.issued += int(issued_n)
+        self._start = int(first) if self._start is None else min(self._start, int(first))
+        self._end = int(last) if self._end is None else max(self._end, int(last))
+        self._bytes += int(nbytes)
+        self._reads += int(reads)
         self.issue_error.add(issue - intended)
-        prev_issue = np.concatenate([[self._prev[0]], issue[:-1]]) if self._prev else issue[:-1]
-        prev_ts = np.concatenate([[self._prev[1]], ts[:-1]]) if self._prev else ts[:-1]
-        cur = slice(0, None) if self._prev else slice(1, None)
-        gaps = (issue[cur] - prev_issue) - np.rint((ts[cur] - prev_ts) / self.speed).astype(np.int64)
+        gaps = np.empty(len(issue), np.int64)
+        if self._prev:
+            _gaps(issue, ts, self._prev[0], self._prev[1], self.speed, gaps)
+        else:
+            _gaps(issue[1:], ts[1:], issue[0], ts[0], self.speed, gaps[1:])
+            gaps = gaps[1:]
         self.inter_arrival.add(gaps)
         self._prev = (int(issue[-1]), int(ts[-1]))
         if self.with_latency:
+            device = complete - issue
             known = latency >= 0
-            self.replayed_latency.add((complete - issue)[known])
-            self.captured_latency.add(latency[known])
-            self.latency_error.add((complete - issue)[known] - latency[known])
+            if not known.all():
+                device, latency = device[known], latency[known]
+            self.replayed_latency.add(device)
+            self.captured_latency.add(latency)
+            self.latency_error.add(device - latency)
         cap = captured_inflight if captured_inflight is not None else np.zeros(len(issue), np.int64)
         self._take_in_issue_order(issue, complete, seq, cap, final=False)
 
@@ -337,14 +449,18 @@ class FidelityBuilder:
         before that earliest issue (reordering spans less than a chunk).
         """
         threshold = int(issue.min()) if len(issue) else None
+        # Copies: the sort is in place, and the caller's arrays may be a chunk others read.
         if self._pending is not None:
             issue, complete, seq, cap = (np.concatenate([p, a]) for p, a in
                                          zip(self._pending, (issue, complete, seq, cap)))
+        else:
+            issue, complete, seq, cap = (a.copy() for a in (issue, complete, seq, cap))
         self._pending = None
         if not len(issue):
             return
-        if not is_sorted(issue):
-            order = np.lexsort((seq, issue))
+        if not sort_by_issue(issue, complete, seq, cap, _SORT_BUDGET * len(issue)):
+            # Stable, and equal issue times are still in trace order: the same as by (issue, seq).
+            order = np.argsort(issue, kind="stable")
             issue, complete, seq, cap = issue[order], complete[order], seq[order], cap[order]
         cut = len(issue) if final or threshold is None else int(np.searchsorted(issue, threshold))
         if cut < len(issue):

@@ -6,8 +6,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from analysis.fidelity import (
-    BOUNDS_NS, FidelityBuilder, SignedHistogram, count_reordered, fidelity, inflight_at_starts,
+    BOUNDS_NS, FidelityBuilder, SignedHistogram, _OpenIntervals, count_reordered, fidelity,
+    sort_by_issue,
 )
+from analysis.histogram import LatencyHistogram
 from analysis.results import load
 from replay.runner import RunOptions, replay
 from traces.schema import Op
@@ -34,19 +36,52 @@ def test_signed_histogram_matches_numpy_percentiles(values, pieces):
 
 
 @settings(deadline=None)
+@given(st.lists(ints, max_size=200), st.integers(1, 3))
+def test_signed_histogram_sides_equal_latency_histograms_of_each_sign(values, pieces):
+    """The one-pass kernel counts and sums each sign as LatencyHistogram.add does, to the bit."""
+    h = SignedHistogram(BOUNDS_NS)
+    neg, pos = LatencyHistogram(), LatencyHistogram()
+    for part in np.array_split(np.array(values, np.int64), pieces):
+        h.add(part)
+        neg.add(-part[part < 0])
+        pos.add(part[part >= 0])
+    for mine, ref in ((h.neg, neg), (h.pos, pos)):
+        assert np.array_equal(mine.counts, ref.counts)
+        assert (mine.count, mine.min, mine.max, mine.mean, mine.stddev) == (
+            ref.count, ref.min, ref.max, ref.mean, ref.stddev)
+
+
+@settings(deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 300)), min_size=1, max_size=120),
        st.integers(1, 8))
-def test_inflight_at_starts_matches_brute_force_with_a_growing_heap(pairs, heap_size):
+def test_inflight_at_starts_matches_brute_force_streamed_in_pieces(pairs, pieces):
+    """The in-flight count at each start, carried across pieces (empty intervals and equal
+    starts included), against counting straight from the definition."""
     start = np.sort(np.array([p[0] for p in pairs], np.int64))
     end = start + np.array([p[1] for p in pairs], np.int64)
-    heap, size, out, done = np.empty(heap_size, np.int64), 0, np.empty(len(start), np.int64), 0
-    while done < len(start):
-        n, size = inflight_at_starts(start[done:], end[done:], heap, size, out[done:])
-        done += n
-        if done < len(start):
-            heap = np.concatenate([heap, np.empty(len(heap), np.int64)])
+    intervals = _OpenIntervals()
+    bounds = np.linspace(0, len(start), pieces + 1).astype(int)
+    out = np.concatenate([intervals.counts(start[a:b], end[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
     want = [int(np.count_nonzero(end[:i] > start[i])) for i in range(len(start))]
     assert out.tolist() == want
+    assert sorted(intervals.open.tolist()) == sorted(end[end > start[-1]].tolist())
+
+
+@settings(deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=150), st.sampled_from([0, 3, 10**6]))
+def test_sort_by_issue_is_stable_with_or_without_its_fallback(keys, budget):
+    """Sorted by issue with ties in their first order, both when the insertion sort finishes
+    and when it gives up part way and NumPy's stable sort takes over."""
+    issue = np.array(keys, np.int64)
+    seq = np.arange(len(issue), dtype=np.int64)
+    complete, cap = issue + 7, seq * 2
+    arrays = [a.copy() for a in (issue, complete, seq, cap)]
+    if not sort_by_issue(*arrays, budget):
+        order = np.argsort(arrays[0], kind="stable")
+        arrays = [a[order] for a in arrays]
+    order = np.lexsort((seq, issue))
+    for got, want in zip(arrays, (issue, complete, seq, cap)):
+        assert got.tolist() == want[order].tolist()
 
 
 @settings(deadline=None)
@@ -119,9 +154,11 @@ def test_streamed_fidelity_matches_reference(made, pieces):
     n = len(c["ts_ns"])
     size = max(4, -(-n // pieces))
     b = FidelityBuilder(speed=speed, with_latency=True)
+    before = {k: v.copy() for k, v in c.items()}
     for start in range(0, n, size):
         b.add({k: v[start:start + size] for k, v in c.items()})
     f = b.finish()
+    assert all(np.array_equal(c[k], before[k]) for k in c)  # chunks are shared: never sorted in place
     ref = reference(c, speed)
     assert f.rows == n and f.issued == int(np.count_nonzero(c["issue_ns"] >= 0))
     assert same(b.issue_error, ref["issue_error"])
