@@ -34,7 +34,7 @@ class SignedHistogram:
         self.neg, self.pos = LatencyHistogram(), LatencyHistogram()
         self.bounds = tuple(int(b) for b in bounds)
         self.within = [0] * len(self.bounds)
-        self._bounds = np.array(self.bounds, np.int64)
+        self._bounds = np.sort(np.array(self.bounds, np.int64))
 
     def add(self, values):
         values = np.ascontiguousarray(values, dtype=np.int64)
@@ -42,13 +42,14 @@ class SignedHistogram:
             return
         if values.min() == _INT64_MIN:
             raise ValueError("value -2**63 has no int64 magnitude; errors must be within int64")
-        within = np.zeros(len(self.bounds), np.int64)
-        neg, pos = _signed_add(values, self.neg.counts, self.pos.counts, self._bounds, within)
+        above = np.zeros(len(self.bounds) + 1, np.int64)
+        neg, pos = _signed_add(values, self.neg.counts, self.pos.counts, self._bounds, above)
         for h, (n, mean, m2, lo, hi) in ((self.neg, neg), (self.pos, pos)):
             if n:
                 h._combine(int(n), float(mean), float(m2), int(lo), int(hi))
-        for j, w in enumerate(within.tolist()):
-            self.within[j] += w
+        within = np.cumsum(above)
+        for j, b in enumerate(self.bounds):
+            self.within[j] += int(within[np.searchsorted(self._bounds, b)])
 
     @property
     def count(self):
@@ -115,7 +116,8 @@ def _human(ns):
 @numba.njit(nogil=True, cache=True)
 def _signed_add(values, neg_counts, pos_counts, bounds, within):
     """One pass of SignedHistogram.add: |v| counted into neg_counts (v < 0) or pos_counts, and
-    within[j] += how many |v| <= bounds[j]. Returns (n, mean, M2, min, max) of each side's
+    within[j] += how many |v| exceed exactly j of the ascending `bounds` (len(bounds) + 1
+    entries; their cumulative sums are the counts within each bound). Returns (n, mean, M2, min, max) of each side's
     magnitudes, computed exactly as histogram._add_kernel would on that side alone (the same
     reference value, Kahan sum and order), so means agree to the bit with separate adds.
 
@@ -157,9 +159,10 @@ def _signed_add(values, neg_counts, pos_counts, bounds, within):
             npos += 1
             plo = min(plo, v)
             phi = max(phi, v)
+        above = 0  # how many (ascending) bounds |v| exceeds: branch-free, unlike a test per bound
         for j in range(bounds.shape[0]):
-            if v <= bounds[j]:
-                within[j] += 1
+            above += v > bounds[j]
+        within[above] += 1
     return _side(nn, nref, ns, nsq, nlo, nhi), _side(npos, pref, ps, psq, plo, phi)
 
 
@@ -534,6 +537,6 @@ def fidelity(results, rows=_READ_ROWS) -> Fidelity:
     builder = FidelityBuilder(speed=results.speed, mode=results.run.get("mode", "original"),
                               with_latency=with_latency)
     columns = list(_COLUMNS) + ([LATENCY] if with_latency else [])
-    for chunk in results.chunks(columns, rows=rows):
+    for chunk in results.chunks(columns, rows=rows, ahead=1):
         builder.add(chunk)
     return builder.finish()

@@ -150,3 +150,59 @@ def test_bad_input_is_one_clear_sentence(case, words, runs, tmp_path):
     assert words in message
     assert str(path) in message or str(path / "results.json") in message
     assert "\n" not in message
+
+
+def test_one_pass_analysis_equals_each_analysis_alone(runs):
+    """analyse reads the file once, in many small chunks on threads, and must give exactly what
+    the summary, the time series and the fidelity give on their own."""
+    from analysis.analyse import analyse
+    from analysis.fidelity import fidelity
+    from analysis.timeseries import time_series
+
+    from analysis.summary import RunSummary
+
+    r = load(runs["timed"])
+    a = analyse(r, bin_ns=10_000_000, rows=1000)
+    alone = load(runs["timed"])
+    summary = RunSummary(jobname="demo")
+    for chunk in alone.chunks(rows=1000):  # the same chunks: means are summed chunk by chunk
+        summary.add(chunk)
+    assert a.summary.to_dict() == summary.to_dict()
+    assert r.summary is a.summary  # cached: no second pass
+    series = time_series(alone.chunks(rows=777), bin_ns=10_000_000).to_dict()
+    assert json.dumps(a.series.to_dict()) == json.dumps(series)
+    assert a.fidelity.to_dict() == fidelity(alone, rows=1000).to_dict()
+    assert a.fidelity.issued == a.summary.total().ios == r.rows
+    only = analyse(load(runs["afap"]), summary=False, fidelity=False)
+    assert only.summary is None and only.fidelity is None
+    assert only.series.counts["all"].sum() == load(runs["afap"]).rows
+
+
+def test_read_ahead_raises_in_order_and_stops_its_thread_when_left_early():
+    import threading
+
+    from analysis.results import _read_ahead
+
+    closed = []
+
+    def source(fail_at):
+        try:
+            for i in range(10):
+                if i == fail_at:
+                    raise ValueError(f"bad chunk {i}")
+                yield i
+        finally:
+            closed.append(fail_at)
+
+    got = []
+    with pytest.raises(ValueError, match="bad chunk 4"):
+        for i in _read_ahead(source(4), 2):
+            got.append(i)
+    assert got == [0, 1, 2, 3]
+    before = threading.active_count()
+    reader = _read_ahead(source(None), 1)
+    assert next(reader) == 0
+    reader.close()  # the caller stops early: the thread ends and the source is closed
+    assert closed == [4, None]
+    assert threading.active_count() == before
+    assert list(_read_ahead(source(None), 3)) == list(range(10))
