@@ -116,11 +116,11 @@ def _human(ns):
 
 
 @numba.njit(nogil=True, cache=True)
-def _signed_add(values, neg_counts, pos_counts, bounds, within):
+def _signed_add(values, neg_counts, pos_counts, bounds, above):
     """One pass of SignedHistogram.add: |v| counted into neg_counts (v < 0) or pos_counts, and
-    within[j] += how many |v| exceed exactly j of the ascending `bounds` (len(bounds) + 1
-    entries; their cumulative sums are the counts within each bound). Returns (n, mean, M2, min, max) of each side's
-    magnitudes, computed exactly as histogram._add_kernel would on that side alone (the same
+    above[j] += how many |v| exceed exactly j of the ascending `bounds` (len(bounds) + 1
+    entries; their cumulative sums are the counts within each bound). Returns
+    (n, mean, M2, min, max) of each side's magnitudes, computed exactly as histogram._add_kernel would on that side alone (the same
     reference value, Kahan sum and order), so means agree to the bit with separate adds.
 
     Rejected: a sign mask, two gathers, a negation and one count per bound in NumPy, then two
@@ -161,10 +161,10 @@ def _signed_add(values, neg_counts, pos_counts, bounds, within):
             npos += 1
             plo = min(plo, v)
             phi = max(phi, v)
-        above = 0  # how many (ascending) bounds |v| exceeds: branch-free, unlike a test per bound
+        exceeded = 0  # how many (ascending) bounds |v| exceeds: branch-free, not a test per bound
         for j in range(bounds.shape[0]):
-            above += v > bounds[j]
-        within[above] += 1
+            exceeded += v > bounds[j]
+        above[exceeded] += 1
     return _side(nn, nref, ns, nsq, nlo, nhi), _side(npos, pref, ps, psq, plo, phi)
 
 
@@ -324,7 +324,7 @@ class Fidelity:
       time (earlier I/Os with t_o + latency_ns after it) and the error replayed - captured.
     - ordering: I/Os issued out of trace order, RFC 4737 style: in issue order, an I/O whose
       trace position is below the highest issued before it (ties in issue time keep trace
-      order). Reordering is assumed not to span more than one chunk of a million rows.
+      order). Reordering is assumed not to span more than one chunk (2**19 rows as read here).
     - latency (trace with latency_ns): latency error = replayed device latency
       (complete - issue) - captured latency_ns per I/O, and the ratio replayed / captured of
       the percentiles.
