@@ -18,8 +18,8 @@ SET_FORMAT = "tracereplay-results-set"
 SET_VERSION = 1
 SET_FILE = "results.json"
 _NEEDED = (*TRACE_COLUMNS, *RESULT_COLUMNS)
-# Rows per chunk for the summary: Python's per-chunk work is ~1 ms, small beside a million
-# rows' kernels, where the reader's default of 65,536 made it a tenth of the time.
+# Rows per chunk for the summary: fewer Python round trips. CPU over 10M rows (read and
+# summary): 0.96-1.11 s with the reader's default of 65,536 rows, 0.87-0.92 with 2**20.
 _SUMMARY_ROWS = 1 << 20
 _END = object()
 
