@@ -1,9 +1,11 @@
 """Two drives on one machine, end to end: a fast loop device over /dev/shm and a slow one over the
 local disk throttled by a private block cgroup; `replay bench mix` (or, where it is missing, a
-70/30 QD32 replay of a generated trace) and `replay run demo` on each, then `replay verdict` and
-`replay report`. Prints the verdict; removes the devices, files and cgroup however it ends.
+70/30 QD32 replay of a generated trace) and the bundled real traces on each (oltp and blob with
+their own timing, boot and filecopy as fast as possible, so their time to finish counts), then
+`replay verdict` and `replay report`. Prints the verdict; removes the devices, files and cgroup
+however it ends.
 
-    python bench/two_drives.py [--quick] [--riops 2000] [--keep DIR]
+    python bench/two_drives.py [--quick] [--riops 2000] [--keep DIR] [--timed oltp,blob] [--afap boot,filecopy]
 """
 import argparse
 import os
@@ -47,6 +49,11 @@ def main(argv=None):
     p.add_argument("--wiops", type=int, default=2000, help="slow drive's write IOPS limit")
     p.add_argument("--bps", type=int, default=64, help="slow drive's MiB/s limit, each direction")
     p.add_argument("--keep", type=Path, help="keep the results and the report in this directory")
+    p.add_argument("--timed", default="oltp,blob",
+                   help="traces replayed with their own timing (comma-separated; default oltp,blob)")
+    p.add_argument("--afap", default="boot,filecopy",
+                   help="traces replayed as fast as possible at QD32, scored on time to finish "
+                        "(default boot,filecopy)")
     a = p.parse_args(argv)
     size = (256 if a.quick else a.size) * MIB
     work = a.keep or Path(tempfile.mkdtemp(prefix="tracereplay-two-drives-"))
@@ -75,18 +82,22 @@ def main(argv=None):
             for name, dev, th in pair:
                 _replay(["run", mix, dev, "--afap", "--qd", "32", "--destroy-data",
                          "-o", work / f"{name}-mix.parquet"], th)
+        runs = [(t, []) for t in a.timed.split(",") if t] + [(t, ["--afap"]) for t in a.afap.split(",") if t]
         for name, dev, th in pair:
             (work / name).mkdir(exist_ok=True)
-            _replay(["run", "demo", dev, "--remap", "wrap", "--destroy-data",
-                     "-o", work / name / "demo.parquet"], th)
+            for trace, mode in runs:
+                # The traces span up to 9 GB of their capture devices: wrapped onto the drive.
+                _replay(["run", trace, dev, *mode, "--remap", "wrap", "--destroy-data",
+                         "-o", work / name / f"{trace}.parquet"], th)
     synth = "mix" if bench else "mix.parquet"
     verdict = _replay(["verdict", "--synthetic-a", work / f"slow-{synth}", "--synthetic-b",
                        work / f"fast-{synth}", "--traces-a", work / "slow", "--traces-b",
                        work / "fast", "--label-a", "slow", "--label-b", "fast"])
     print(verdict.stdout)
-    inputs = [work / f"slow-{synth}", work / "slow" / "demo.parquet",
-              work / f"fast-{synth}", work / "fast" / "demo.parquet"]
-    _replay(["report", *inputs, *["--label", "slow"] * 2, *["--label", "fast"] * 2,
+    inputs = [work / f"{side}-{synth}" for side in ("slow", "fast")]
+    inputs += [work / side / f"{trace}.parquet" for side in ("slow", "fast") for trace, _ in runs]
+    labels = ["slow", "fast"] + ["slow"] * len(runs) + ["fast"] * len(runs)
+    _replay(["report", *inputs, *(x for label in labels for x in ("--label", label)),
              "-o", work / "report.html"])
     if a.keep:
         print(f"results and report kept in {work}")
