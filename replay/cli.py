@@ -7,10 +7,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import typer  # noqa: E402
 
-from replay.commands import capture, convert, library, run
-from replay.commands import report, verdict  # noqa: E402
-from replay.commands import compare  # noqa: E402
-from replay.commands import bench  # noqa: E402
+from replay.commands import bench, capture, compare, convert, library, report, run, verdict  # noqa: E402
 
 app = typer.Typer(
     help="tracereplay: replay real block I/O traces against drives and files.",
