@@ -23,6 +23,22 @@ def _figure(title: str):
     return fig, ax
 
 
+def _legend(ax, **kwargs):
+    """A legend inside the axes, or beside them when it has too many entries to fit, with
+    20 distinct colours instead of the default 10 then."""
+    n = len(ax.get_legend_handles_labels()[1])
+    if n > 6:
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1),
+                  borderaxespad=0, **kwargs)
+    else:
+        ax.legend(fontsize="small", **kwargs)
+
+
+def _colours(ax, n):
+    if n > 10:
+        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
+
+
 def png_bytes(fig) -> bytes:
     """The figure as PNG bytes; the figure is closed."""
     out = io.BytesIO()
@@ -34,6 +50,7 @@ def png_bytes(fig) -> bytes:
 def latency_cdf(curves: dict[str, tuple[np.ndarray, np.ndarray]], title="Workload latency CDF"):
     """`curves`: {"target / op": (latency_ns ascending, cumulative share 0..1)}; log x in ms."""
     fig, ax = _figure(title)
+    _colours(ax, len(curves))
     for label, (lat_ns, share) in curves.items():
         if len(lat_ns):
             ax.step(np.maximum(lat_ns, 1) / NS_PER_MS, share * 100, where="post", label=label)
@@ -41,7 +58,7 @@ def latency_cdf(curves: dict[str, tuple[np.ndarray, np.ndarray]], title="Workloa
     ax.set_xlabel("latency (ms, log scale)")
     ax.set_ylabel("I/Os at or below (%)")
     ax.set_ylim(0, 100.5)
-    ax.legend(fontsize="small")
+    _legend(ax)
     return fig
 
 
@@ -49,6 +66,7 @@ def over_time(series: dict[str, tuple[np.ndarray, np.ndarray]], title: str, ylab
               log=False, scatter=False):
     """`series`: {label: (t_s, values)}; lines, or dots (the reviews' consistency pictures)."""
     fig, ax = _figure(title)
+    _colours(ax, len(series))
     for label, (t, y) in series.items():
         y = np.asarray(y, dtype=float)
         keep = np.isfinite(y) & ((y > 0) if log else True)
@@ -64,19 +82,20 @@ def over_time(series: dict[str, tuple[np.ndarray, np.ndarray]], title: str, ylab
     ax.set_ylabel(ylabel + (" (log scale)" if log else ""))
     if not log:
         ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small")
+    _legend(ax)
     return fig
 
 
 def latency_scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], title="Latency of each I/O"):
     """`points`: {label: (completion time s, latency ns)}, already sampled; log y in ms."""
     fig, ax = _figure(title)
+    _colours(ax, len(points))
     for label, (t, lat) in points.items():
         ax.scatter(t, np.maximum(lat, 1) / NS_PER_MS, s=2, alpha=0.5, label=label, rasterized=True)
     ax.set_yscale("log")
     ax.set_xlabel("completion time since the run's start (s)")
     ax.set_ylabel("workload latency (ms, log scale)")
-    ax.legend(fontsize="small", markerscale=4)
+    _legend(ax, markerscale=4)
     return fig
 
 
@@ -97,17 +116,26 @@ def offset_heatmap(counts: np.ndarray, t_edges_s: np.ndarray, offset_edges: np.n
 
 
 def mix_sweep(tables: dict[str, list[dict]], title="Random mix sweep: IOPS by read share"):
-    """`tables`: {target label: rows with read_share (0..1), qd, iops}; one line per target and QD."""
+    """`tables`: {target label: rows with read_share (0..1), qd, iops and optionally workers};
+    one line per target and queue depth (and worker count); log IOPS when they span decades."""
     fig, ax = _figure(title)
+    lowest, highest = np.inf, 0.0
     for label, rows in tables.items():
-        for qd in sorted({r["qd"] for r in rows}):
-            pts = sorted((float(r["read_share"]), float(r["iops"])) for r in rows if r["qd"] == qd)
+        for qd, workers in sorted({(r["qd"], r.get("workers", 1)) for r in rows}):
+            pts = sorted((float(r["read_share"]), float(r["iops"])) for r in rows
+                         if r["qd"] == qd and r.get("workers", 1) == workers)
             x, y = zip(*pts)
-            ax.plot(np.array(x) * 100, y, marker="o", label=f"{label} QD{qd}")
+            name = f"{label} {workers} x QD{qd}" if workers > 1 else f"{label} QD{qd}"
+            ax.plot(np.array(x) * 100, y, marker="o", label=name)
+            lowest, highest = min(lowest, min(y)), max(highest, max(y))
     ax.set_xlabel("reads (% of I/Os)")
-    ax.set_ylabel("IOPS")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small")
+    if 0 < lowest and highest > 20 * lowest:
+        ax.set_yscale("log")
+        ax.set_ylabel("IOPS (log scale)")
+    else:
+        ax.set_ylabel("IOPS")
+        ax.set_ylim(bottom=0)
+    _legend(ax)
     return fig
 
 
@@ -119,5 +147,5 @@ def steady_rounds(rounds: dict[str, np.ndarray], title="Steady-state rounds"):
     ax.set_xlabel("round")
     ax.set_ylabel("average IOPS of the round")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small")
+    _legend(ax)
     return fig
