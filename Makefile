@@ -8,7 +8,7 @@ install:
 	$(PYTHON) -m pip install -q -e '.[test]'
 
 demo: install
-	replay run demo
+	replay run oltp
 
 # Debian packages the tests use: fio as a peer, mkfs/sfdisk/losetup/blkid for loop-device targets.
 deps:
