@@ -6,7 +6,6 @@ windows of each run. Only the CLI prints; bad input raises CompareError or Resul
 """
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numba
 import numpy as np

@@ -5,7 +5,7 @@ plus one results file per run, exactly as `replay run` writes it.
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 

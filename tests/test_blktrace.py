@@ -2,7 +2,6 @@
 blkparse, our export checked with blkparse, btrecord and btreplay, and hypothesis round trips.
 """
 import contextlib
-import errno
 import os
 import re
 import shutil

@@ -2,7 +2,7 @@
 REFERENCE.md section 3's definitions, then real replays of a trace that carries latency_ns."""
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.fidelity import (

@@ -18,7 +18,6 @@ from analysis.characterise import characterise
 from replay.errors import ReplayError
 from traces.capture.recipes import boot, boot_image
 from traces.capture.recipes.common import RecipeError
-from traces.schema import Op
 from traces.trace import open_trace
 
 BUNDLED = Path(__file__).resolve().parent.parent / "traces" / "boot.parquet"

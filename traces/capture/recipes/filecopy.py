@@ -8,7 +8,6 @@ tmpfs, so reading it adds no I/O to the traced device.
 import numpy as np
 
 from traces.capture.recipes.common import GIB, MIB, Session, parse_knobs, version_of
-from traces.capture.recipes.common import run as sh
 
 DESCRIPTION = ("Copying a folder of pictures, videos, documents and thumbnails (generated, "
                "incompressible) with `cp -r` onto the filesystem, then `sync -f` of it.")
