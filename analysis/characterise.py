@@ -1,13 +1,17 @@
-"""Characterise a trace in one streaming pass: mix, sizes, sequentiality, timing, queue depth,
-span and working set. Memory is bounded whatever the trace's length (a bitmap over the span,
-or a HyperLogLog sketch when the span is too large for one).
+"""Characterise a trace in one streaming pass: mix, sizes, sequentiality, timing, burstiness,
+queue depth, span, footprint and working set over time, and reuse distance. Memory is bounded
+whatever the trace's length (bitmaps over the span or HyperLogLog sketches, SHARDS sampling).
 """
+import math
 from dataclasses import asdict, dataclass, field
 
 import numba
 import numpy as np
 
-from analysis.histogram import LatencyHistogram
+from numba import types
+from numba.typed import Dict
+
+from analysis.histogram import N_BINS, LatencyHistogram, bin_index, bin_lower, bin_width
 from traces.schema import Op
 
 BLOCK_SHIFT = 12  # working set in 4 KiB blocks
@@ -15,6 +19,14 @@ BLOCK_SHIFT = 12  # working set in 4 KiB blocks
 MAX_BITMAP_BLOCKS = 1 << 29
 HLL_P = 14  # 16384 registers: 1.04 / sqrt(16384) = 0.8 % standard error
 QD_WINDOWS = 100
+# Exact per-window working sets from an int32 stamp per block up to 2**24 blocks (64 MiB,
+# a 64 GiB span); beyond it one HyperLogLog sketch per window.
+MAX_STAMP_BLOCKS = 1 << 24
+# SHARDS reuse distances: a block is sampled when the top SHARDS_BITS bits of its hash are
+# below a threshold T, halved whenever more than REUSE_MAX_BLOCKS blocks are being tracked.
+SHARDS_BITS = 24
+REUSE_MAX_BLOCKS = 1 << 20
+REUSE_PERCENTILES = (50.0, 90.0, 99.0)
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 
 
@@ -121,6 +133,138 @@ def hll_estimate(registers: np.ndarray) -> float:
     return float(estimate)
 
 
+@numba.njit(nogil=True, cache=True)
+def stamp_blocks(offset, length, block_shift, stamps, stamp):
+    """Count the blocks touched whose stamp is not yet `stamp`, and stamp them.
+
+    With stamp = window + 1 this counts each window's distinct blocks without clearing
+    anything between windows.
+    """
+    new = 0
+    for i in range(offset.size):
+        if length[i] <= 0:
+            continue
+        first = offset[i] >> block_shift
+        last = (offset[i] + length[i] - 1) >> block_shift
+        for b in range(first, last + 1):
+            if stamps[b] != stamp:
+                stamps[b] = stamp
+                new += 1
+    return new
+
+
+@numba.njit(inline="always")
+def _fenwick_add(tree, i, v):
+    i += 1
+    while i <= tree.size:
+        tree[i - 1] += v
+        i += i & -i
+
+
+@numba.njit(inline="always")
+def _fenwick_prefix(tree, i):
+    """Sum of positions [0, i)."""
+    s = 0
+    while i > 0:
+        s += tree[i - 1]
+        i -= i & -i
+    return s
+
+
+@numba.njit(nogil=True, cache=True)
+def _reuse_compact(last, tree):
+    """Renumber the live last-access times 0..n-1 in order and rebuild the tree; return n."""
+    n = len(last)
+    keys = np.empty(n, np.int64)
+    times = np.empty(n, np.int64)
+    i = 0
+    for k, t in last.items():
+        keys[i] = k
+        times[i] = t
+        i += 1
+    order = np.argsort(times)
+    tree[:] = 0
+    for r in range(n):
+        last[keys[order[r]]] = r
+        _fenwick_add(tree, r, 1)
+    return n
+
+
+@numba.njit(nogil=True, cache=True)
+def _reuse_evict(last, tree, threshold):
+    """Stop tracking the blocks whose hash is no longer below `threshold`."""
+    gone = []
+    for k in last.keys():
+        if (_splitmix64(np.uint64(k)) >> np.uint64(64 - SHARDS_BITS)) >= threshold:
+            gone.append(k)
+    for k in gone:
+        _fenwick_add(tree, last.pop(k), -1)
+
+
+@numba.njit(nogil=True, cache=True)
+def reuse_kernel(offset, length, block_shift, last, tree, state, hist):
+    """SHARDS-sampled LRU stack distances of block accesses, in access order.
+
+    Each I/O with length > 0 accesses its blocks in order. A block is sampled when the top
+    SHARDS_BITS bits of its hash are below state[1] (T; the rate is T / 2**SHARDS_BITS).
+    `last` maps a sampled block to the time (sampled-access count) of its latest access, and
+    the Fenwick tree `tree` holds a 1 at each such time, so the distinct blocks accessed since
+    time t are the ones marked in (t, now). Each distance counts 1 / rate blocks (SHARDS'
+    scaling), with weight 1 / rate into `hist` (analysis.histogram bins of blocks).
+    state: [now, T, max tracked blocks, cold (weighted), min distance, max distance].
+    When `now` reaches the tree's size the times are renumbered (there are at most
+    max-tracked of them), so memory stays bounded whatever the trace's length.
+    """
+    full = np.int64(1) << SHARDS_BITS
+    for i in range(offset.size):
+        if length[i] <= 0:
+            continue
+        first = offset[i] >> block_shift
+        end = (offset[i] + length[i] - 1) >> block_shift
+        for b in range(first, end + 1):
+            h = np.int64(_splitmix64(np.uint64(b)) >> np.uint64(64 - SHARDS_BITS))
+            if h >= state[1]:
+                continue
+            if state[0] == tree.size:
+                state[0] = _reuse_compact(last, tree)
+            now = state[0]
+            weight = full // state[1]
+            t = last.get(b, -1)
+            if t >= 0:
+                d = (_fenwick_prefix(tree, now) - _fenwick_prefix(tree, t + 1)) * weight
+                _fenwick_add(tree, t, -1)
+                hist[bin_index(d)] += weight
+                if state[4] < 0 or d < state[4]:
+                    state[4] = d
+                if d > state[5]:
+                    state[5] = d
+            else:
+                state[3] += weight
+            last[b] = now
+            _fenwick_add(tree, now, 1)
+            state[0] = now + 1
+            if len(last) > state[2]:
+                while len(last) > state[2] and state[1] > 1:
+                    state[1] //= 2
+                    _reuse_evict(last, tree, state[1])
+
+
+def weighted_percentiles(hist: np.ndarray, lo: int, hi: int, qs) -> list:
+    """Nearest-rank percentiles of a weighted analysis.histogram bin array, as
+    LatencyHistogram.percentiles computes them (bin midpoints, clamped to [lo, hi])."""
+    n = int(hist.sum())
+    if not n:
+        return [None] * len(qs)
+    cumulative = np.cumsum(hist)
+    out = []
+    for q in qs:
+        rank = min(max(math.ceil(n * (q / 100.0)), 1), n)
+        i = int(np.searchsorted(cumulative, rank, side="left"))
+        mid = int(bin_lower(i)) + (int(bin_width(i)) - 1) // 2
+        out.append(min(max(mid, lo), hi))
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # The characterisation
 # ---------------------------------------------------------------------------------------
@@ -151,6 +295,21 @@ class Characterisation:
     span_bytes: int = 0  # max(offset + length)
     working_set_bytes: int = 0  # distinct 4 KiB blocks touched, times 4 KiB
     working_set_exact: bool = True
+    # Burstiness: std / mean of the inter-arrival gaps (1 for Poisson arrivals, > 1 bursty),
+    # and the busiest window's I/Os over the mean per window (windows as for queue depth).
+    interarrival_cv: float | None = None
+    ios_per_window: list = field(default_factory=list)
+    peak_to_mean_ios: float | None = None
+    # Cumulative distinct bytes touched (4 KiB blocks) at the end of each window, exact or
+    # estimated as working_set_bytes is; and the distinct bytes touched within each window.
+    footprint_bytes: list = field(default_factory=list)
+    window_working_set_bytes: list = field(default_factory=list)
+    window_working_set_exact: bool = True
+    # LRU stack distance of each 4 KiB block access that is not the block's first (cold):
+    # distinct other blocks accessed since, in bytes; SHARDS-sampled at reuse_sample_rate.
+    reuse_distance_bytes: dict = field(default_factory=dict)  # "p50", "p90", "p99"
+    reuse_cold_share: float | None = None  # of block accesses
+    reuse_sample_rate: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -169,11 +328,16 @@ def _share(part, whole):
 
 
 def characterise(trace, windows: int = QD_WINDOWS, rows: int | None = None,
-                 max_bitmap_blocks: int = MAX_BITMAP_BLOCKS) -> Characterisation:
+                 max_bitmap_blocks: int = MAX_BITMAP_BLOCKS,
+                 max_stamp_blocks: int = MAX_STAMP_BLOCKS,
+                 reuse_max_blocks: int = REUSE_MAX_BLOCKS) -> Characterisation:
     """Characterise an opened trace (traces.trace.TraceFile) in one pass over chunks of `rows`.
 
-    The working set is exact from a bitmap while the span holds at most `max_bitmap_blocks`
-    4 KiB blocks, and a HyperLogLog estimate (0.8 % standard error) beyond.
+    The working set and footprint are exact from a bitmap while the span holds at most
+    `max_bitmap_blocks` 4 KiB blocks, and a HyperLogLog estimate (0.8 % standard error)
+    beyond; the per-window working sets likewise up to `max_stamp_blocks`. Reuse distances
+    are exact while at most `reuse_max_blocks` distinct blocks are touched, and SHARDS
+    estimates beyond (the sampling rate halves each time the tracked blocks exceed it).
     """
     c = Characterisation()
     has_latency = trace.has("latency_ns")
@@ -189,6 +353,17 @@ def characterise(trace, windows: int = QD_WINDOWS, rows: int | None = None,
     bitmap = np.zeros(((span >> BLOCK_SHIFT) >> 3) + 1, np.uint8) if use_bitmap else None
     registers = None if use_bitmap else np.zeros(1 << HLL_P, np.uint8)
     blocks = 0
+    ios_window = np.zeros(windows, np.int64)
+    footprint = np.full(windows, -1, np.int64)  # -1: no I/O in the window yet
+    window_ws = np.zeros(windows, np.int64)
+    use_stamps = (span >> BLOCK_SHIFT) + 1 <= max_stamp_blocks
+    stamps = np.zeros((span >> BLOCK_SHIFT) + 1, np.int32) if use_stamps else None
+    window_regs = None if use_stamps else np.zeros(1 << HLL_P, np.uint8)
+    open_window = -1  # the window window_regs is collecting
+    reuse_last = Dict.empty(types.int64, types.int64)
+    reuse_tree = np.zeros(max(4 * reuse_max_blocks, 64), np.int64)
+    reuse_state = np.array([0, 1 << SHARDS_BITS, reuse_max_blocks, 0, -1, 0], np.int64)
+    reuse_hist = np.zeros(N_BINS, np.int64)
 
     last_end = np.full(2, -1, np.int64)
     seq = np.zeros(2, np.int64)
@@ -232,10 +407,29 @@ def characterise(trace, windows: int = QD_WINDOWS, rows: int | None = None,
         if touched.any():
             lo = int(offset[touched].min())
             min_offset = lo if min_offset is None else min(min_offset, lo)
-        if use_bitmap:
-            blocks += mark_blocks(offset, length, BLOCK_SHIFT, bitmap)
-        else:
-            hll_kernel(offset, length, BLOCK_SHIFT, HLL_P, registers)
+        reuse_kernel(offset, length, BLOCK_SHIFT, reuse_last, reuse_tree, reuse_state, reuse_hist)
+        # The chunk in runs of one window each (ts_ns never decreases).
+        win = np.minimum(ts // window_ns, windows - 1)
+        ios_window += np.bincount(win, minlength=windows)
+        cuts = np.concatenate(([0], np.flatnonzero(np.diff(win)) + 1, [len(win)]))
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            w = int(win[a])
+            off, ln = offset[a:b], length[a:b]
+            if use_bitmap:
+                blocks += mark_blocks(off, ln, BLOCK_SHIFT, bitmap)
+                footprint[w] = blocks
+            else:
+                hll_kernel(off, ln, BLOCK_SHIFT, HLL_P, registers)
+                footprint[w] = int(round(hll_estimate(registers)))
+            if use_stamps:
+                window_ws[w] += stamp_blocks(off, ln, BLOCK_SHIFT, stamps, w + 1)
+            else:
+                if w != open_window:
+                    if open_window >= 0:
+                        window_ws[open_window] = int(round(hll_estimate(window_regs)))
+                    window_regs[:] = 0
+                    open_window = w
+                hll_kernel(off, ln, BLOCK_SHIFT, HLL_P, window_regs)
 
     rw = c.reads + c.writes
     c.read_share_count = _share(c.reads, rw)
@@ -255,6 +449,24 @@ def characterise(trace, windows: int = QD_WINDOWS, rows: int | None = None,
         c.latency_ns = {"mean": latencies.mean, **{f"p{q:g}": latencies.percentile(q) for q in PERCENTILES}}
         c.queue_depth = (busy / window_ns).round(3).tolist()
         c.mean_queue_depth = float(busy.sum() / (window_ns * windows))
+    if not use_stamps and open_window >= 0:
+        window_ws[open_window] = int(round(hll_estimate(window_regs)))
+    if gaps.count and gaps.mean:
+        c.interarrival_cv = gaps.stddev / gaps.mean
+    if c.ios:
+        c.ios_per_window = ios_window.tolist()
+        c.peak_to_mean_ios = float(ios_window.max() * windows / c.ios)
+        filled = np.maximum.accumulate(footprint)  # windows without I/O keep the last value
+        c.footprint_bytes = (np.maximum(filled, 0) << BLOCK_SHIFT).tolist()
+        c.window_working_set_bytes = (window_ws << BLOCK_SHIFT).tolist()
+        c.window_working_set_exact = use_stamps
+    now, threshold, _, cold, lo, hi = (int(x) for x in reuse_state)
+    accesses = cold + int(reuse_hist.sum())
+    c.reuse_sample_rate = threshold / (1 << SHARDS_BITS)
+    c.reuse_cold_share = _share(cold, accesses)
+    if accesses > cold:
+        values = weighted_percentiles(reuse_hist, lo, hi, REUSE_PERCENTILES)
+        c.reuse_distance_bytes = {f"p{q:g}": v << BLOCK_SHIFT for q, v in zip(REUSE_PERCENTILES, values)}
     c.min_offset = min_offset
     c.span_bytes = span
     if use_bitmap:
@@ -288,6 +500,10 @@ def _ns(x) -> str:
     return f"{x:.0f} ns"
 
 
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def format_text(c: Characterisation) -> str:
     """The characterisation as aligned lines for a terminal."""
     lines = [
@@ -299,6 +515,9 @@ def format_text(c: Characterisation) -> str:
         f"sequential      {_pct(c.sequential_share)} (reads {_pct(c.sequential_read_share)}, "
         f"writes {_pct(c.sequential_write_share)})",
         "inter-arrival   " + (", ".join(f"{k} {_ns(v)}" for k, v in c.interarrival_ns.items()) or "-"),
+        "burstiness      " + ("-" if c.peak_to_mean_ios is None else
+                              f"inter-arrival CV {_num(c.interarrival_cv)}, busiest window "
+                              f"{c.peak_to_mean_ios:.2f}x the mean I/Os"),
     ]
     if c.latency_ns:
         lines.append("latency         " + ", ".join(f"{k} {_ns(v)}" for k, v in c.latency_ns.items()))
@@ -308,6 +527,19 @@ def format_text(c: Characterisation) -> str:
     lines += [
         f"span            {human_bytes(c.min_offset)} to {human_bytes(c.span_bytes)}",
         f"working set     {human_bytes(c.working_set_bytes)}" + ("" if c.working_set_exact else " (estimate)"),
+    ]
+    if c.footprint_bytes:
+        fp, ws, n = c.footprint_bytes, c.window_working_set_bytes, len(c.footprint_bytes)
+        quarters = ", ".join(human_bytes(fp[max(0, -(-n * k // 4) - 1)]) for k in (1, 2, 3, 4))
+        lines += [
+            f"footprint       at 25/50/75/100% of the duration: {quarters}",
+            f"window WS       per {_ns(c.queue_depth_window_ns)} window: mean {human_bytes(int(np.mean(ws)))}, "
+            f"max {human_bytes(max(ws))}" + ("" if c.window_working_set_exact else " (estimates)"),
+        ]
+    rate = "" if c.reuse_sample_rate == 1 else f", sampled at 1/{1 / c.reuse_sample_rate:g}"
+    lines += [
+        "reuse distance  " + (", ".join(f"{k} {human_bytes(v)}" for k, v in c.reuse_distance_bytes.items()) or "-")
+        + f"; cold {_pct(c.reuse_cold_share)} of block accesses{rate}",
         "size histogram  " + ("  ".join(f"{k}: {v['read']}r/{v['write']}w" for k, v in c.size_histogram.items()) or "-"),
     ]
     return "\n".join(lines)

@@ -177,3 +177,160 @@ def test_empty_trace(tmp_path):
     got = ch.characterise(open_trace(path))
     assert (got.ios, got.read_share_count, got.working_set_bytes, got.dominant_sizes) == (0, None, 0, [])
     assert "I/Os            0" in ch.format_text(got)
+
+
+# ---------------------------------------------------------------------------------------
+# Burstiness, footprint and working set over time, reuse distance
+# ---------------------------------------------------------------------------------------
+
+def _block_accesses(offset, length):
+    """Every 4 KiB block access in order, as (row, block)."""
+    return [(i, b) for i, (o, n) in enumerate(zip(offset.tolist(), length.tolist())) if n > 0
+            for b in range(o >> 12, ((o + n - 1) >> 12) + 1)]
+
+
+def reuse_reference(blocks):
+    """LRU stack distances (distinct other blocks since the last access; None when cold)."""
+    last, out = {}, []
+    for i, b in enumerate(blocks):
+        out.append(len(set(blocks[last[b] + 1:i])) if b in last else None)
+        last[b] = i
+    return out
+
+
+def _write(tmp_path, ts, op, offset, length, name="h"):
+    path = tmp_path / f"{name}.parquet"
+    write_trace(path, {"ts_ns": np.asarray(ts, np.int64), "op": np.asarray(op, np.uint8),
+                       "offset": np.asarray(offset, np.int64), "length": np.asarray(length, np.int64)}, {})
+    return path
+
+
+traces_small = st.lists(st.tuples(st.integers(0, 5_000), st.sampled_from([0, 1, 1, 2, 3]),
+                                  st.integers(0, 40), st.sampled_from([512, 4096, 8192, 12288])),
+                        min_size=1, max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(traces_small, st.integers(1, 7), st.sampled_from([None, 5]), st.booleans())
+def test_new_figures_match_brute_force(tmp_path_factory, ios, windows, rows, small_tables):
+    ts = np.cumsum([t for t, _, _, _ in ios])
+    op = np.array([o for _, o, _, _ in ios])
+    # Flushes are empty at offset 0; a 512-byte I/O sits inside its block.
+    offset = np.array([0 if o == Op.FLUSH else b * 4096 + (100 if n == 512 else 0)
+                       for _, o, b, n in ios], np.int64)
+    length = np.array([0 if o == Op.FLUSH else n for _, o, _, n in ios], np.int64)
+    path = _write(tmp_path_factory.mktemp("h"), ts, op, offset, length)
+    # small_tables: a tiny reuse table (sampled, so only the cold share's bounds hold).
+    got = ch.characterise(open_trace(path), windows=windows, rows=rows,
+                          reuse_max_blocks=4 if small_tables else 1 << 20)
+
+    gaps = np.diff(ts).astype(float)
+    if len(gaps) and gaps.mean() > 0:
+        std = gaps.std(ddof=1) if len(gaps) > 1 else 0.0
+        assert got.interarrival_cv == pytest.approx(std / gaps.mean(), rel=1e-9, abs=1e-12)
+    window_ns = max(1, -(-max(int(ts[-1]), 1) // windows))
+    win = np.minimum(ts // window_ns, windows - 1)
+    per_window = np.bincount(win, minlength=windows)
+    assert got.ios_per_window == per_window.tolist()
+    assert got.peak_to_mean_ios == pytest.approx(per_window.max() / (len(ts) / windows))
+
+    accesses = _block_accesses(offset, length)
+    seen, within = set(), [set() for _ in range(windows)]
+    footprint = []
+    for w in range(windows):
+        for row, b in accesses:
+            if win[row] == w:
+                seen.add(b)
+                within[w].add(b)
+        footprint.append(len(seen) * 4096)
+    assert got.footprint_bytes == footprint
+    assert got.window_working_set_bytes == [len(s) * 4096 for s in within]
+    assert got.footprint_bytes[-1] == got.working_set_bytes
+    assert got.window_working_set_exact
+
+    distances = reuse_reference([b for _, b in accesses])
+    warm = np.array([d for d in distances if d is not None], np.int64)
+    if small_tables:
+        assert got.reuse_sample_rate <= 1 and (got.reuse_cold_share is None) == (not accesses)
+        return
+    assert got.reuse_sample_rate == 1.0
+    assert got.reuse_cold_share == (pytest.approx(1 - len(warm) / len(distances)) if distances else None)
+    if len(warm):
+        want = {f"p{q:g}": int(np.percentile(warm, q, method="inverted_cdf")) * 4096 for q in (50, 90, 99)}
+        assert got.reuse_distance_bytes == want  # distances under 256 blocks are binned exactly
+    else:
+        assert got.reuse_distance_bytes == {}
+
+
+def test_interarrival_cv_is_one_for_poisson_and_large_for_bursts(tmp_path):
+    rng = np.random.default_rng(3)
+    poisson = np.cumsum(rng.exponential(100_000, 50_000)).astype(np.int64)
+    bursts = np.sort(np.concatenate([t + rng.integers(0, 1000, 500) for t in range(0, 10**9, 10**7)]))
+    n = len(poisson)
+    got = ch.characterise(open_trace(_write(tmp_path, poisson, np.zeros(n), np.zeros(n), np.full(n, 4096), "p")))
+    assert got.interarrival_cv == pytest.approx(1.0, abs=0.03)
+    assert got.peak_to_mean_ios < 1.5
+    n = len(bursts)
+    got = ch.characterise(open_trace(_write(tmp_path, bursts, np.zeros(n), np.zeros(n), np.full(n, 4096), "b")))
+    assert got.interarrival_cv > 5
+
+
+def _cyclic_scan(tmp_path, n_blocks, passes):
+    n = n_blocks * passes
+    offset = np.tile(np.arange(n_blocks, dtype=np.int64) * 4096, passes)
+    return _write(tmp_path, np.arange(n) * 1000, np.zeros(n), offset, np.full(n, 4096), "cyclic")
+
+
+def test_reuse_distance_of_a_cyclic_scan_exact_and_sampled(tmp_path):
+    n_blocks, passes = 20_000, 4
+    path = _cyclic_scan(tmp_path, n_blocks, passes)
+    exact = ch.characterise(open_trace(path), rows=7_000)
+    want = (n_blocks - 1) * 4096
+    assert exact.reuse_sample_rate == 1.0
+    assert exact.reuse_cold_share == pytest.approx(1 / passes)
+    for v in exact.reuse_distance_bytes.values():  # one distance; bins are within 1/128
+        assert v == pytest.approx(want, rel=1 / 128)
+    # At most 500 tracked blocks: the rate halves to 1/64 (about 310 of 20,000 blocks kept).
+    sampled = ch.characterise(open_trace(path), rows=7_000, reuse_max_blocks=500)
+    assert sampled.reuse_sample_rate == 1 / 64
+    assert sampled.reuse_cold_share == pytest.approx(1 / passes, abs=0.02)
+    for v in sampled.reuse_distance_bytes.values():
+        assert v == pytest.approx(want, rel=0.15)
+
+
+def test_reuse_table_compaction_keeps_distances_exact():
+    # Tree of 64 slots, 1000 accesses: the times are renumbered many times over.
+    blocks = np.random.default_rng(5).integers(0, 12, 1000)
+    last = ch.Dict.empty(ch.types.int64, ch.types.int64)
+    tree = np.zeros(64, np.int64)
+    state = np.array([0, 1 << ch.SHARDS_BITS, 16, 0, -1, 0], np.int64)
+    hist = np.zeros(ch.N_BINS, np.int64)
+    ch.reuse_kernel(blocks << 12, np.full(1000, 4096, np.int64), 12, last, tree, state, hist)
+    reference = reuse_reference(blocks.tolist())
+    warm = [d for d in reference if d is not None]
+    assert state[3] == len(reference) - len(warm)
+    assert hist[:16].tolist() == np.bincount(warm, minlength=16).tolist()
+
+
+def test_window_working_set_falls_back_to_hyperloglog(tmp_path):
+    path, _ = _trace(tmp_path, n=20_000, seed=4, latency=False)
+    exact = ch.characterise(open_trace(path), windows=10)
+    estimate = ch.characterise(open_trace(path), windows=10, max_stamp_blocks=1000, max_bitmap_blocks=1000)
+    assert exact.window_working_set_exact and not estimate.window_working_set_exact
+    for e, x in zip(estimate.window_working_set_bytes, exact.window_working_set_bytes):
+        assert e == pytest.approx(x, rel=4 * 0.0081)
+    for e, x in zip(estimate.footprint_bytes, exact.footprint_bytes):
+        assert e == pytest.approx(x, rel=4 * 0.0081)
+
+
+def test_bundled_traces_characterise_with_the_new_figures():
+    from traces.library import available, resolve
+    assert available()
+    for name in available():
+        got = ch.characterise(open_trace(resolve(name)))
+        assert len(got.footprint_bytes) == ch.QD_WINDOWS
+        assert got.footprint_bytes[-1] == got.working_set_bytes
+        assert max(got.window_working_set_bytes) <= got.working_set_bytes
+        assert got.interarrival_cv > 0 and got.peak_to_mean_ios >= 1
+        assert 0 < got.reuse_cold_share <= 1
+        assert "reuse distance" in ch.format_text(got)
