@@ -72,9 +72,10 @@ def show(
     json_out: Annotated[bool, typer.Option("--json", help="Print the metadata and the characterisation as one JSON object.")] = False,
 ):
     """Print a trace's full metadata and its characterisation: size histogram, sequentiality,
-    inter-arrival and latency percentiles, queue depth over time, span and working-set size.
+    inter-arrival and latency percentiles, burstiness, queue depth over time, span, footprint
+    and working set over time, and reuse distance.
 
-    Example: replay traces show demo
+    Example: replay traces show oltp
     """
     from analysis.characterise import characterise, format_text
 
