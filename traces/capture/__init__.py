@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from traces import schema
 from traces.capture import blktrace as blktrace_backend
@@ -96,12 +95,15 @@ def _tool_version() -> str:
 class _Stopper:
     """SIGINT/SIGTERM set an event instead of raising, so cleanup runs in order; restored on exit."""
 
-    def __init__(self):
+    def __init__(self, stop: threading.Event | None = None):
         self.event = threading.Event()
         self.signal = None
         self._old = {}
+        self._stop = stop
 
     def __enter__(self):
+        if self._stop is not None:  # a caller's stop event ends the wait like a signal
+            threading.Thread(target=lambda: (self._stop.wait(), self.event.set()), daemon=True).start()
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._old[sig] = signal.signal(sig, self._handle)
@@ -120,12 +122,6 @@ def _choose_backend(backend: str, device: str, notices: list) -> str:
     if backend not in BACKENDS:
         raise CaptureError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if backend == "tracefs":
-        return "tracefs"
-    if blktrace_backend.decoder() is None:
-        if backend == "blktrace":
-            raise CaptureError("the blktrace decoder (traces/formats/blktrace.py) is not available "
-                               "yet; use --backend tracefs")
-        notices.append("the blktrace decoder is not available yet; capturing with tracefs")
         return "tracefs"
     why = blktrace_backend.probe(device)
     if why is None:
@@ -148,6 +144,30 @@ def _wait(stopper: _Stopper, proc, deadline) -> bool:
             timeout = min(timeout or 1.0, max(0.0, deadline - time.monotonic()))
         stopper.event.wait(timeout)
     return True
+
+
+def _record(session, backend, stopper, command, duration, on_start):
+    """While `session` records: run `command` until it exits, or wait `duration` seconds or for
+    a signal; then end the command and stop the session, however the wait ends.
+
+    Returns (wall-clock start, interrupted by a signal, the command's exit status or None).
+    """
+    wall = datetime.datetime.now(datetime.timezone.utc)
+    if on_start is not None:
+        on_start(backend)
+    deadline = None if duration is None else time.monotonic() + duration
+    proc = None
+    try:
+        if command:
+            try:
+                proc = subprocess.Popen(command)
+            except OSError as exc:
+                raise CaptureError(f"cannot run {command[0]}: {exc.strerror}") from None
+        interrupted = _wait(stopper, proc, deadline) and (proc is not None or deadline is not None)
+    finally:
+        status = _end_command(proc)
+        session.stop()
+    return wall, interrupted, status
 
 
 def _end_command(proc) -> int | None:
@@ -188,28 +208,10 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
         return _capture_blktrace(device, output, info, command, duration, strict, name, notices, stop,
                                  on_start)
 
-    proc = None
-    interrupted = False
-    status = None
-    with _Stopper() as stopper:
-        if stop is not None:
-            threading.Thread(target=lambda: (stop.wait(), stopper.event.set()), daemon=True).start()
+    with _Stopper(stop) as stopper:
         with TracefsSession(info["dev_t"], buffer_kb=buffer_kb) as session:
             session.start()
-            wall = datetime.datetime.now(datetime.timezone.utc)
-            if on_start is not None:
-                on_start("tracefs")
-            deadline = None if duration is None else time.monotonic() + duration
-            try:
-                if command:
-                    try:
-                        proc = subprocess.Popen(command)
-                    except OSError as exc:
-                        raise CaptureError(f"cannot run {command[0]}: {exc.strerror}") from None
-                interrupted = _wait(stopper, proc, deadline) and (proc is not None or deadline is not None)
-            finally:
-                status = _end_command(proc)
-                session.stop()
+            wall, interrupted, status = _record(session, "tracefs", stopper, command, duration, on_start)
             decoded = session.decode()
             overruns = session.overruns
             start_ns = session.start_mono_ns
@@ -285,26 +287,9 @@ def _write(output: Path, cols: dict, metadata: dict) -> None:
 
 def _capture_blktrace(device, output, info, command, duration, strict, name, notices, stop, on_start):
     """The blktrace path: run blktrace around the command, then decode its stream."""
-    proc = None
-    interrupted = False
-    with _Stopper() as stopper:
-        if stop is not None:
-            threading.Thread(target=lambda: (stop.wait(), stopper.event.set()), daemon=True).start()
+    with _Stopper(stop) as stopper:
         with blktrace_backend.BlktraceSession(info["path"]) as session:
-            wall = datetime.datetime.now(datetime.timezone.utc)
-            if on_start is not None:
-                on_start("blktrace")
-            deadline = None if duration is None else time.monotonic() + duration
-            try:
-                if command:
-                    try:
-                        proc = subprocess.Popen(command)
-                    except OSError as exc:
-                        raise CaptureError(f"cannot run {command[0]}: {exc.strerror}") from None
-                interrupted = _wait(stopper, proc, deadline) and (proc is not None or deadline is not None)
-            finally:
-                status = _end_command(proc)
-                session.stop()
+            wall, interrupted, status = _record(session, "blktrace", stopper, command, duration, on_start)
             fmt_meta, chunks = session.read()
             parts = list(chunks)
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {

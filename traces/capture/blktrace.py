@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from traces.capture.tracefs import CaptureError
+from traces.formats import blktrace as blktrace_format
 
 DEBUGFS = Path("/sys/kernel/debug")
 PROBE_SECONDS = 1.5
@@ -69,15 +70,6 @@ def probe(device: str) -> str | None:
             subprocess.run(["umount", str(DEBUGFS)], capture_output=True)
 
 
-def decoder():
-    """The blktrace binary format module, or None while it is not available."""
-    try:
-        from traces.formats import blktrace as fmt
-    except ImportError:
-        return None
-    return fmt if hasattr(fmt, "read") else None
-
-
 class BlktraceSession:
     """blktrace -d DEVICE -o - into a temporary file, decoded after it stops."""
 
@@ -108,10 +100,7 @@ class BlktraceSession:
             _end(self.proc)
 
     def read(self, options=None):
-        fmt = decoder()
-        if fmt is None:
-            raise CaptureError("the blktrace decoder (traces/formats/blktrace.py) is not available")
-        return fmt.read([self.path], dict(options or {"event": "issue"}))
+        return blktrace_format.read([self.path], dict(options or {"event": "issue"}))
 
     def close(self):
         self.stop()

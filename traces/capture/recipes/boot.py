@@ -3,9 +3,7 @@
 The image (boot_image.py) is built once and cached; each run writes it to DEVICE, then
 captures only the boot: kernel, initramfs, systemd to multi-user.target, and poweroff.
 """
-import datetime
 import os
-import platform
 import re
 import shlex
 import subprocess
@@ -146,49 +144,31 @@ def _debootstrap_version() -> str:
 def _capture_boot(session: Session, device: str, output: Path, command: list[str], serial: Path,
                   timeout: float, backend: str, image: boot_image.BootImage, emulated: bool,
                   on_start=None):
-    """Session.capture, except that a boot ended at the timeout is kept and marked unfinished.
-
-    capture() ends qemu (SIGTERM to its pid, then SIGKILL) when `timeout` passes.
-    """
-    from traces.capture import capture
-    from traces.trace import read_trace, write_trace
-
-    output = Path(output)
-    partial = output.with_name(f".{output.name}.{os.getpid()}.capture")
-    session.defer(partial.unlink, missing_ok=True)
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    """Session.capture, keeping a boot that ended at the timeout or without a clean poweroff,
+    and saying so in the metadata. capture() ends qemu (SIGTERM to its pid, then SIGKILL)
+    when `timeout` passes. Returns the CaptureResult and what the boot did."""
     started = time.monotonic()
-    result = capture(device, partial, command=command, duration=timeout, backend=backend,
-                     name=output.name.removesuffix(".parquet"), notices=session.notices,
-                     on_start=on_start)
-    seconds = time.monotonic() - started
-    if result.interrupted:
-        raise KeyboardInterrupt
-    log = serial.read_text(errors="replace") if serial.exists() else ""
-    status = result.command_status
-    powered_off = status == 0 and boot_image.MARKER in log and _POWER_DOWN in log
-    # capture() ends qemu at the deadline, and qemu exits 0 on SIGTERM: the clock tells.
-    timed_out = not powered_off and seconds >= timeout
-    boot = {"reached_multi_user": boot_image.MARKER in log, "reached_poweroff": powered_off,
-            "timed_out": timed_out, "timeout_s": timeout, "qemu_status": status,
-            "seconds": round(seconds, 2), "serial_tail": _serial_tail(serial)}
-    columns, metadata = read_trace(partial)
-    session.provenance.update(kernel=platform.release(), backend=result.backend, date=date,
-                              host=platform.node(), boot=boot)
-    how = "under software emulation (qemu TCG), which stretches the gaps between I/Os" if emulated \
-        else "with hardware virtualisation (KVM)"
-    ending = ("It reached multi-user.target and powered off." if boot["reached_poweroff"] else
-              "It did NOT finish: " + ("qemu was ended at the timeout." if timed_out
-                                       else f"qemu exited with status {status} without a clean poweroff."))
-    metadata["description"] = (
-        f"An OS boot: a minimal Debian {image.suite} guest (kernel {image.kernel_version}, systemd) "
-        f"booted by qemu from an ext4 filesystem on the traced device, {how}. {ending}")
-    metadata.setdefault("license", "MIT")  # the project's, as for every recipe trace
-    metadata["source"]["recipe"] = "boot"
-    metadata["recipe"] = session.provenance
-    metadata["provenance"] = (f"captured on {platform.node()} by `replay capture recipe boot` "
-                              f"({metadata['provenance']})")
-    write_trace(output, columns, metadata)
-    result.output = output
-    result.metadata = metadata
+    boot = {}
+
+    def describe(result):
+        seconds = time.monotonic() - started
+        log = serial.read_text(errors="replace") if serial.exists() else ""
+        status = result.command_status
+        powered_off = status == 0 and boot_image.MARKER in log and _POWER_DOWN in log
+        # capture() ends qemu at the deadline, and qemu exits 0 on SIGTERM: the clock tells.
+        timed_out = not powered_off and seconds >= timeout
+        boot.update(reached_multi_user=boot_image.MARKER in log, reached_poweroff=powered_off,
+                    timed_out=timed_out, timeout_s=timeout, qemu_status=status,
+                    seconds=round(seconds, 2), serial_tail=_serial_tail(serial))
+        session.provenance["boot"] = boot
+        how = "under software emulation (qemu TCG), which stretches the gaps between I/Os" if emulated \
+            else "with hardware virtualisation (KVM)"
+        ending = ("It reached multi-user.target and powered off." if powered_off else
+                  "It did NOT finish: " + ("qemu was ended at the timeout." if timed_out
+                                           else f"qemu exited with status {status} without a clean poweroff."))
+        return (f"An OS boot: a minimal Debian {image.suite} guest (kernel {image.kernel_version}, "
+                f"systemd) booted by qemu from an ext4 filesystem on the traced device, {how}. {ending}")
+
+    result = session.capture(device, output, command=command, description=describe, backend=backend,
+                             duration=timeout, on_start=on_start, keep_failed=True)
     return result, boot

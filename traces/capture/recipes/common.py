@@ -345,12 +345,13 @@ class Session:
 
     # -- the capture --------------------------------------------------------------------
 
-    def capture(self, device: str, output, *, command: list[str], description: str,
+    def capture(self, device: str, output, *, command: list[str], description,
                 backend: str = "auto", duration: float | None = None, name: str | None = None,
-                on_start=None):
+                on_start=None, keep_failed: bool = False):
         """Capture `device` while `command` runs and write `output` with the recipe's
         provenance merged into the metadata. A command that fails raises RecipeError and
-        leaves no output."""
+        leaves no output, unless `keep_failed`. `description` is the trace's description, or
+        a function of the CaptureResult that returns it (and may add to the provenance)."""
         from traces.capture import capture
         from traces.trace import read_trace, write_trace
 
@@ -363,13 +364,13 @@ class Session:
                          on_start=on_start)
         if result.interrupted:
             raise KeyboardInterrupt
-        if result.command_status:
+        if result.command_status and not keep_failed:
             raise RecipeError(f"the {self.recipe} workload exited with status {result.command_status}; "
                               "no trace was written")
         columns, metadata = read_trace(partial)
         self.provenance.update(kernel=platform.release(), backend=result.backend, date=date,
                                host=platform.node())
-        metadata["description"] = description
+        metadata["description"] = description(result) if callable(description) else description
         metadata.setdefault("license", "MIT")  # the project's: recipe traces ship in its library
         metadata["source"]["recipe"] = self.recipe
         metadata["recipe"] = self.provenance
