@@ -47,6 +47,16 @@ class _Sampler(threading.Thread):
             self.last.update(_threads_cpu_ns(names=True))
 
 
+def _by_name(sampled: dict, before: dict) -> dict:
+    """CPU seconds per thread name (io-wq workers are all iou-wrk-PID) from a sampler's last
+    figures, less what each thread had used before the run."""
+    out = {}
+    for tid, (comm, ns) in sampled.items():
+        name = "iou-wrk" if comm.startswith("iou-wrk") else comm
+        out[name] = out.get(name, 0) + (ns - before.get(tid, 0)) / 1e9
+    return {k: round(v, 3) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
 def _worker(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--trace", required=True)
@@ -93,6 +103,7 @@ def _worker(argv):
         "process_sys_s": t1.system - t0.system,
         "engine_cpu_s": engine_ns / 1e9,  # the engine thread alone
         "engine_iowq_cpu_s": (cpu1 - cpu0 - live_ns) / 1e9,  # plus io_uring's io-wq workers
+        "threads_cpu_s": _by_name(sampler.last, threads0),  # per thread name, as sampled
         "maxrss_before_kib": rss_before,
         "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "errors": s.total().errors,

@@ -3,9 +3,11 @@ disk, and /dev/zram0. Both are pre-written over the test span (so reads hit real
 always torn down: the loop device detached, its file removed, zram0 reset.
 """
 import contextlib
+import errno
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 GIB = 1 << 30
@@ -62,7 +64,16 @@ def zram_device(size: int = 2 * GIB, span: int = GIB, compress_pct: int = 50):
         prewrite("/dev/zram0", span, compress_pct)
         yield "/dev/zram0"
     finally:
-        Path(ZRAM, "reset").write_text("1")
+        # The kernel frees an io_uring ring (and its hold on the device) some milliseconds
+        # after the last run; until then reset says EBUSY.
+        for attempt in range(50):
+            try:
+                Path(ZRAM, "reset").write_text("1")
+                break
+            except OSError as e:
+                if e.errno != errno.EBUSY or attempt == 49:
+                    raise
+                time.sleep(0.1)
 
 
 @contextlib.contextmanager

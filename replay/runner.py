@@ -78,26 +78,48 @@ class _Scan:
         return bool(self.counts[Op.WRITE] + self.counts[Op.DISCARD] + self.counts[Op.FLUSH])
 
 
-def _scan(trace) -> _Scan:
-    """Validates every required column too, so a bad row is found before any I/O is issued."""
-    scan = _Scan()
-    for chunk in trace.chunks(columns=list(schema.TRACE_COLUMNS)):
+# A trace whose replayed columns take at most this much memory is kept from the scan, so the
+# run does not decode and validate it a second time while the engine needs the CPU.
+CACHE_BYTES = 64 << 20
+
+
+def _scan(trace, columns, rows, keep) -> tuple[_Scan, list[dict] | None]:
+    """Validates every column read too, so a bad row is found before any I/O is issued.
+    With `keep`, also returns the chunks read."""
+    scan, cache = _Scan(), [] if keep else None
+    for chunk in trace.chunks(columns=columns, rows=rows):
         if len(chunk["op"]):
             scan.span = max(scan.span, int((chunk["offset"] + chunk["length"]).max()))
             scan.max_length = max(scan.max_length, int(chunk["length"].max()))
         scan.counts += np.bincount(chunk["op"], minlength=len(Op))[: len(Op)]
         scan.rows += len(chunk["op"])
-    return scan
+        if keep:
+            cache.append(chunk)
+    return scan, cache
+
+
+def _row_bytes(name) -> int:
+    """Memory per row of a column once read (a comm string: some tens of bytes)."""
+    if name in schema.TRACE_COLUMNS:
+        return schema.TRACE_COLUMNS[name].itemsize
+    type_ = schema.OPTIONAL_COLUMNS[name]
+    return type_.bit_width // 8 if pa.types.is_integer(type_) else 64
 
 
 class TraceSource:
     """A trace file as the runner reads it: one validating pass (`_scan`) learns its span,
-    longest I/O and op mix before anything is issued, then `chunks` streams it."""
+    longest I/O and op mix before anything is issued, then `chunks` streams it: from memory
+    when its replayed columns fit in CACHE_BYTES (the scan kept them), else from the file."""
 
-    def __init__(self, trace):
+    def __init__(self, trace, rows=RunOptions.chunk_rows):
         self.path = library.resolve(str(trace))
         self.tf = open_trace(self.path)
-        self.scan = _scan(self.tf)
+        self.replayed = [n for n in self.tf.column_names
+                         if n in schema.TRACE_COLUMNS or n in schema.OPTIONAL_COLUMNS]
+        self.rows = rows
+        keep = self.tf.num_rows * sum(map(_row_bytes, self.replayed)) <= CACHE_BYTES
+        columns = self.replayed if keep else list(schema.TRACE_COLUMNS)
+        self.scan, self._cache = _scan(self.tf, columns, rows, keep)
         self.name = self.tf.metadata.get("name", self.tf.path.stem)
         self.stem = self.path.stem  # names the default results file
         self.metadata = self.tf.metadata
@@ -108,6 +130,9 @@ class TraceSource:
         return {"path": str(self.tf.path), "rows": self.scan.rows, "metadata": self.metadata}
 
     def chunks(self, columns, rows):
+        if self._cache is not None and rows == self.rows and set(columns) <= set(self.replayed):
+            # Copies of the dicts: the runner replaces columns (remapped offsets) in place.
+            return ({name: chunk[name] for name in columns} for chunk in self._cache)
         return self.tf.chunks(columns=columns, rows=rows)
 
 
@@ -267,6 +292,7 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
                 # mounted for the whole run. The others discard with fallocate(PUNCH_HOLE),
                 # which block devices also accept.
                 writable=writable, direct=direct, is_block=target.kind == "block" and not reps,
+                bio_based=target.bio_based,
                 max_length=max_length, data=options.data, start_ns=start_ns,
             ))
         except OSError as e:
@@ -424,9 +450,15 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     interrupted = interrupted or (not time_up and any(s["interrupted"] for s in stats))
     if aligned:
         notices.append(f"aligned {aligned} I/Os to the target's {tgt.logical_block_size}-byte blocks")
+    spread = any(s["spread_over_workers"] for s in stats)
+    if spread:
+        notices.append(f"io_uring ran the I/O on {tgt.path} in kernel worker threads (its driver "
+                       "cannot take I/O without blocking), so they were let run concurrently, "
+                       "one per CPU at most")
     path = writer.close({"interrupted": interrupted, "rows_done": merger.done,
                          "time_limited": time_up, "trace": source.describe(merger.done),
-                         "aligned_ios": aligned, "summary": summary.to_dict()})
+                         "aligned_ios": aligned, "spread_over_workers": spread,
+                         "summary": summary.to_dict()})
     return RunOutcome(path, summary, interrupted, tgt, merger.done, notices, time_up)
 
 

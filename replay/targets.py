@@ -44,6 +44,9 @@ class Target:
     rotational: bool | None = None
     dev: str | None = None
     backing_file: str | None = None  # loop devices only
+    # A block device whose driver takes bios directly, without blk-mq, and is not
+    # device-mapper or md (zram, brd): io_uring may have to run all its I/O on worker threads.
+    bio_based: bool = False
 
 
 def _read(path: Path) -> str | None:
@@ -113,11 +116,13 @@ def inspect_target(path: str) -> Target:
     dev = _dev_of(st)
     node = _sysfs(dev)
     model = rotational = backing = None
+    bio_based = False
     if node is not None:
         disk = _disk_of(node)
         backing = _read(disk / "loop/backing_file")
         model = _read(disk / "device/model") or (os.path.basename(backing) if backing else None)
         rotational = _read(disk / "queue/rotational")
+        bio_based = not any((disk / sub).exists() for sub in ("mq", "dm", "md"))
     return Target(
         path=os.path.realpath(path),
         kind="block",
@@ -128,6 +133,7 @@ def inspect_target(path: str) -> Target:
         rotational=None if rotational is None else rotational == "1",
         dev=dev,
         backing_file=backing,
+        bio_based=bio_based,
     )
 
 

@@ -2,10 +2,12 @@
 
 Loop tests need root and losetup; elsewhere they skip with that reason. CI is root and runs them.
 """
+import errno
 import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,37 @@ def _detach_leftover_loops(tmp_path_factory):
         if back.startswith(base + os.sep):
             subprocess.run(["umount", "--all-targets", entry["name"]], capture_output=True)
             subprocess.run(["losetup", "--detach", entry["name"]], capture_output=True)
+
+
+@pytest.fixture
+def zram():
+    """/dev/zram0 set up with 64 MiB, reset however the test ends: a block device whose driver
+    takes bios directly (no blk-mq) and serves them synchronously. A zram0 already set up is
+    someone else's and is left alone (the test fails saying so)."""
+    if _why_no_root:
+        pytest.skip(_why_no_root)
+    sysfs = Path("/sys/block/zram0")
+    if not sysfs.exists():
+        subprocess.run(["modprobe", "zram"], capture_output=True)
+    assert sysfs.exists(), "no /dev/zram0 and `modprobe zram` did not make one"
+    assert (sysfs / "disksize").read_text().strip() == "0", (
+        "/dev/zram0 is already in use; reset it (echo 1 > /sys/block/zram0/reset) if it is yours")
+    (sysfs / "disksize").write_text(str(64 * MIB))
+    try:
+        yield "/dev/zram0"
+    finally:
+        reset_zram(sysfs)
+
+
+def reset_zram(sysfs: Path, tries: int = 50) -> None:
+    """Reset a zram device, retrying while the kernel still holds it (an io_uring ring that
+    used it is freed by a kernel worker some milliseconds after the run)."""
+    for _ in range(tries):
+        try:
+            (sysfs / "reset").write_text("1")
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                raise
+            time.sleep(0.1)
+    (sysfs / "reset").write_text("1")

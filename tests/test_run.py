@@ -540,3 +540,52 @@ def test_ctrl_c_saves_the_rows_done_and_exits_130(tmp_path):
     assert np.all(cols["issue_ns"] >= cols["intended_ns"])
     assert np.all(cols["complete_ns"] >= cols["issue_ns"])
     np.testing.assert_array_equal(cols["result"], 4096)
+
+
+# ---- I/O that io_uring runs on worker threads ----------------------------------------------
+
+
+def _random_reads(path, n, span, seed=3):
+    rng = np.random.default_rng(seed)
+    offsets = rng.integers(0, span // (4 * KIB), n) * 4 * KIB
+    return make_trace(path, [(i, R, int(o), 4 * KIB) for i, o in enumerate(offsets)])
+
+
+@marks(uring, on_loop)
+def test_io_on_a_driver_that_blocks_is_spread_over_worker_threads(tmp_path, zram, loop_device):
+    trace = _random_reads(tmp_path / "reads.parquet", 5000, 16 * MIB)
+    on_zram = replay(trace, zram, RunOptions(afap=True, qd=32), output=tmp_path / "zram.parquet")
+    cols, meta = results(on_zram)
+    assert meta["target"]["bio_based"] is True and meta["spread_over_workers"] is True
+    assert any("kernel worker threads" in n for n in on_zram.notices)
+    assert np.all(cols["result"] == 4 * KIB)
+    # A blk-mq device takes the I/O from the engine thread itself: nothing to spread.
+    on_loop_device = replay(trace, loop_device(16 * MIB), RunOptions(afap=True, qd=32),
+                            output=tmp_path / "loop.parquet")
+    cols, meta = results(on_loop_device)
+    assert meta["target"]["bio_based"] is False and meta["spread_over_workers"] is False
+    assert not any("worker threads" in n for n in on_loop_device.notices)
+    assert np.all(cols["result"] == 4 * KIB)
+
+
+# ---- a small trace is replayed from memory -------------------------------------------------
+
+
+def test_a_small_trace_replays_from_memory_as_from_the_file(tmp_path, monkeypatch):
+    from replay import runner
+
+    trace = _random_reads(tmp_path / "reads.parquet", 3000, 64 * MIB)
+    cached = runner.TraceSource(trace, rows=256)
+    monkeypatch.setattr(runner, "CACHE_BYTES", 3000 * 25 - 1)  # one byte short of the columns
+    streamed = runner.TraceSource(trace, rows=256)
+    assert cached._cache is not None and streamed._cache is None
+    target = make_file(tmp_path / "small.img", 16 * MIB)
+    opts = RunOptions(engine="null", afap=True, remap="wrap", chunk_rows=256)
+    runs = [results(replay(streamed, target, opts, output=tmp_path / "streamed.parquet"))[0]]
+    trace.unlink()  # the kept trace needs no file
+    # The second replay of the kept chunks sees them unchanged by the first one's remapping.
+    runs += [results(replay(cached, target, opts, output=tmp_path / f"{i}.parquet"))[0] for i in range(2)]
+    for cols in runs:
+        assert np.all(cols["offset"] < 16 * MIB)
+        for name in ("ts_ns", "op", "offset", "length"):
+            assert np.array_equal(cols[name], runs[0][name])

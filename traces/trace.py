@@ -312,6 +312,9 @@ def _json_default(value):
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+_CLOCK_COLUMNS = ("ts_ns", "intended_ns", "issue_ns", "complete_ns")
+
+
 class TraceWriter:
     """Streaming Parquet writer for traces and results: one row group per `write`.
 
@@ -333,9 +336,13 @@ class TraceWriter:
         try:
             # Dictionary encoding only pays for `comm`: on nanosecond and offset columns it
             # cost more than half of a replay's Python time (12 of 20 s over 30M rows).
+            # Delta encoding suits the clock columns, which mostly rise: with lz4, results
+            # were written in 100 instead of 156 ns a row and took 11 instead of 25 bytes.
             self._writer = pq.ParquetWriter(
                 self._tmp, self._schema, compression=compression, store_schema=False,
                 use_dictionary=[n for n in self._schema.names if n == "comm"] or False,
+                column_encoding={n: "DELTA_BINARY_PACKED" for n in self._schema.names
+                                 if n in _CLOCK_COLUMNS},
             )
         except BaseException:
             self._tmp.unlink(missing_ok=True)

@@ -79,6 +79,8 @@ pub struct Summary {
     pub start_ns: i64,
     pub rows_issued: u64,
     pub interrupted: bool,
+    /// See `Engine::spread_over_workers`.
+    pub spread: bool,
 }
 
 /// Run until the input closes and everything issued has completed, or until `stop` is set
@@ -96,6 +98,7 @@ pub fn run(
     output: Sender<ChunkResult>,
     stop: &AtomicBool,
 ) -> io::Result<Summary> {
+    engine.start()?;
     let mut active: VecDeque<Active> = VecDeque::new();
     let mut input_open = true;
     let first = loop {
@@ -109,7 +112,7 @@ pub fn run(
         }
     };
     let Some(first) = first else {
-        return Ok(Summary { start_ns: now_ns(), rows_issued: 0, interrupted: stop.load(Ordering::Relaxed) });
+        return Ok(Summary { start_ns: now_ns(), rows_issued: 0, interrupted: stop.load(Ordering::Relaxed), spread: false });
     };
     active.push_back(Active::new(first));
     let t0 = start_ns.unwrap_or_else(now_ns);
@@ -219,7 +222,7 @@ pub fn run(
     }
     match failure {
         Some(e) => Err(e),
-        None => Ok(Summary { start_ns: t0, rows_issued, interrupted: stopping }),
+        None => Ok(Summary { start_ns: t0, rows_issued, interrupted: stopping, spread: engine.spread_over_workers() }),
     }
 }
 

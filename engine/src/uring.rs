@@ -15,27 +15,57 @@ use crate::data::Buffers;
 /// discard of [addr, addr + addr3) on a block device.
 const BLOCK_URING_CMD_DISCARD: u32 = 0x12 << 8;
 
+/// How many completions to wait for before checking who served them.
+const PROBE_COMPLETIONS: usize = 64;
+
+/// Whether this thread's io-wq workers exist, i.e. io_uring handed it I/O to run
+/// (they are named iou-wrk-TID after the thread that submitted).
+fn workers_serve_this_thread() -> bool {
+    // SAFETY: gettid has no preconditions.
+    let name = format!("iou-wrk-{}", unsafe { libc::gettid() });
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return false };
+    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name))
+}
+
 pub struct UringEngine {
     ring: IoUring,
     fixed_buffers: bool,
     is_block: bool,
     staged: usize,
+    /// Created disabled: `start` enables it on the thread that will submit.
+    disabled: bool,
+    /// Completions left before checking whether io-wq workers serve the I/O (see `spread`).
+    probe: Option<usize>,
+    /// The target's driver takes no I/O without blocking (zram, brd), so io_uring hands
+    /// every I/O to one io-wq worker, which becomes the bottleneck at high rates. Marked
+    /// ASYNC, I/Os may run on several workers at once, capped at one per CPU.
+    spread: bool,
 }
 
 impl UringEngine {
     /// `depth` bounds the I/Os in flight, so an SQ of that size never overflows and a CQ of
     /// twice that never drops completions.
-    pub fn new(fd: RawFd, depth: usize, bufs: &Buffers, is_block: bool) -> io::Result<Self> {
+    /// `bio_based`: a block device without blk-mq (not device-mapper or md), whose I/O may
+    /// all go to io-wq workers; the engine checks after the first completions and spreads it.
+    pub fn new(fd: RawFd, depth: usize, bufs: &Buffers, is_block: bool, bio_based: bool) -> io::Result<Self> {
         let entries = (depth.max(8) as u32).next_power_of_two().min(32768);
-        // COOP_TASKRUN: completions from io-wq workers wait for our next enter instead of
-        // interrupting the engine thread with an IPI each (irqentry_exit_to_user_mode and
-        // task_work_run topped its profile on zram); TASKRUN_FLAG tells us when to enter.
+        // DEFER_TASKRUN (Linux 6.1+): a completion from an io-wq worker is queued for our next
+        // enter instead of being run as task work that interrupts or wakes the engine thread
+        // each time; a sleeping engine is woken only once the completions it waits for are
+        // there. It needs SINGLE_ISSUER, so the ring starts disabled and `start` enables it
+        // on the engine thread. Older kernels get COOP_TASKRUN (5.19+), then neither.
+        let cq = 2 * entries;
         let ring = IoUring::builder()
-            .setup_cqsize(2 * entries)
-            .setup_coop_taskrun()
+            .setup_r_disabled()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
             .setup_taskrun_flag()
-            .build(entries)
-            .or_else(|_| IoUring::builder().setup_cqsize(2 * entries).build(entries))?;
+            .setup_cqsize(cq)
+            .build(entries);
+        let disabled = ring.is_ok();
+        let ring = ring
+            .or_else(|_| IoUring::builder().setup_coop_taskrun().setup_taskrun_flag().setup_cqsize(cq).build(entries))
+            .or_else(|_| IoUring::builder().setup_cqsize(cq).build(entries))?;
         ring.submitter().register_files(&[fd])?;
         let iovecs = [
             libc::iovec { iov_base: bufs.read.ptr().cast(), iov_len: bufs.read.len() },
@@ -44,7 +74,8 @@ impl UringEngine {
         // SAFETY: both buffers live in `Buffers`, which the run keeps alive (and unmoved: they
         // are heap allocations) until after this ring is dropped.
         let fixed_buffers = unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
-        Ok(Self { ring, fixed_buffers, is_block, staged: 0 })
+        let probe = bio_based.then_some(PROBE_COMPLETIONS);
+        Ok(Self { ring, fixed_buffers, is_block, staged: 0, disabled, probe, spread: false })
     }
 
     fn entry(&self, io: &Io) -> squeue::Entry {
@@ -76,11 +107,19 @@ impl UringEngine {
                 .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
                 .build(),
         };
-        entry.user_data(io.token)
+        let entry = entry.user_data(io.token);
+        if self.spread { entry.flags(squeue::Flags::ASYNC) } else { entry }
     }
 }
 
 impl Engine for UringEngine {
+    fn start(&mut self) -> io::Result<()> {
+        if std::mem::take(&mut self.disabled) {
+            self.ring.submitter().register_enable_rings()?;
+        }
+        Ok(())
+    }
+
     fn queue(&mut self, io: Io) {
         let entry = self.entry(&io);
         loop {
@@ -136,7 +175,21 @@ impl Engine for UringEngine {
             done(cqe.user_data(), cqe.result() as i64, now);
             n += 1;
         }
+        if let Some(left) = self.probe {
+            self.probe = left.checked_sub(n).filter(|&l| l > 0);
+            if self.probe.is_none() && workers_serve_this_thread() {
+                // Both limits: block-device reads count as unbound work on this kernel (a
+                // bounded limit of 2 alone still let 10 workers run on 2 CPUs).
+                let cpus = std::thread::available_parallelism().map_or(1, |c| c.get()) as u32;
+                self.ring.submitter().register_iowq_max_workers(&mut [cpus, cpus])?;
+                self.spread = true;
+            }
+        }
         Ok(n)
+    }
+
+    fn spread_over_workers(&self) -> bool {
+        self.spread
     }
 }
 
