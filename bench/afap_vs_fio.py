@@ -8,7 +8,8 @@ process. fio: --ioengine=io_uring --direct=1 --bs=4k --rw=randread|randrw --rwmi
 
 How to read it: each row is one (target, workload, QD); runs alternate ours/fio, and the
 ratio columns are medians of the per-repetition ratios (ours / fio), so machine noise common
-to a pair cancels. IOPS ratio > 1 means we are faster. CPU/IO is microseconds of CPU per I/O:
+to a pair cancels; "range" is the lowest and highest IOPS ratio of the repetitions (on these
+shared machines one pair can differ by 30 % either way). IOPS ratio > 1 means we are faster. CPU/IO is microseconds of CPU per I/O:
 "eng" is our engine thread alone vs fio's job thread (fio's usr_cpu + sys_cpu x runtime,
 which fio takes with RUSAGE_THREAD, so neither includes io_uring's io-wq worker threads, which
 serve every I/O on zram and on loop devices here); "proc" is our whole replay() call (Parquet scan and read, results file and
@@ -41,10 +42,10 @@ def fio_args(dev, rw, qd, n, span):
 
 def main():
     p = parser(__doc__)
-    p.add_argument("--reps", type=int, help="repetitions per row (default 3, quick 1)")
+    p.add_argument("--reps", type=int, help="repetitions per row (default 5, quick 1)")
     p.add_argument("--targets", default="loop,zram")
     a = p.parse_args()
-    reps = a.reps or (1 if a.quick else 3)
+    reps = a.reps or (1 if a.quick else 5)
     span = (256 << 20) if a.quick else (1 << 30)
     # I/Os per run, by (target, qd): sized for a few seconds each at the peer figures.
     counts = {("loop", 1): 40_000, ("loop", 32): 200_000, ("zram", 1): 200_000, ("zram", 32): 1_000_000}
@@ -73,14 +74,15 @@ def main():
                         print(f"  {kind} {wl} QD{qd}: ours {row['ours_iops']:,.0f} IOPS, fio {row['fio_iops']:,.0f}, "
                               f"ratio {row['iops_ratio']:.2f}", flush=True)
 
-    headers = ["target", "workload", "QD", "I/Os", "ours IOPS", "fio IOPS", "IOPS ratio", "goal",
+    headers = ["target", "workload", "QD", "I/Os", "ours IOPS", "fio IOPS", "IOPS ratio", "range", "goal",
                "ours eng us/IO", "fio job us/IO", "eng/job", "ours proc us/IO", "fio proc us/IO", "proc ratio"]
     rows = []
     for r in results:
         goal = ">=1.2" if (r["target"] == "zram" and r["qd"] == 32) else ">=1.0"
         met = r["iops_ratio"] >= float(goal[2:])
         rows.append([r["target"], r["workload"], r["qd"], r["ios"], r["ours_iops"], r["fio_iops"],
-                     r["iops_ratio"], goal + (" ok" if met else " MISS"),
+                     r["iops_ratio"], f"{min(r['iops_ratios']):.2f}-{max(r['iops_ratios']):.2f}",
+                     goal + (" ok" if met else " MISS"),
                      r["ours_engine_us"], r["fio_job_us"], r["cpu_engine_ratio"],
                      r["ours_process_us"], r["fio_process_us"], r["cpu_process_ratio"]])
     print()
@@ -99,6 +101,7 @@ def summarise(kind, wl, qd, n, runs):
         "target": kind, "workload": wl, "qd": qd, "ios": n,
         "ours_iops": med(x["iops"] for x in o), "fio_iops": med(x["iops"] for x in f),
         "iops_ratio": med(x["ours"]["iops"] / x["fio"]["iops"] for x in runs),
+        "iops_ratios": [x["ours"]["iops"] / x["fio"]["iops"] for x in runs],
         "ours_engine_us": med(us(x["engine_cpu_s"], x["ios"]) for x in o),
         "ours_process_us": med(us(x["process_cpu_s"], x["ios"]) for x in o),
         "fio_job_us": med(us(x["job_cpu_s"], x["ios"]) for x in f),
