@@ -580,19 +580,41 @@ def test_identity_holds_across_small_windows(columns, window, event):
 
 @given(st.integers(0, 200), st.integers(0, 2**32))
 @settings(max_examples=50, deadline=None)
-def test_row_columns_kernel_agrees_with_numpy(n, seed):
+def test_window_kernel_agrees_with_numpy(n, seed):
     rng = np.random.default_rng(seed)
-    time = np.sort(rng.integers(0, 10**12, n)).astype(np.int64)
+    time = np.sort(rng.integers(0, 10**6, n)).astype(np.int64)
     sector = rng.integers(0, 1 << 40, n).astype(np.uint64)
     nbytes = rng.integers(0, 1 << 31, n).astype(np.uint32)
+    action = (rng.integers(0, 1 << 16, n) << 16 | rng.choice([1, 7, 8, 3], n)).astype(np.uint32)
     pid = rng.integers(0, 1 << 31, n).astype(np.uint32)
     device = rng.integers(0, 1 << 32, n).astype(np.uint32)
-    partner = np.where(rng.random(n) < 0.8, rng.integers(0, max(n, 1), n), -1).astype(np.int64)
-    queued_by = np.where(rng.random(n) < 0.5, rng.integers(0, max(n, 1), n), -1).astype(np.int64)
-    rows = np.flatnonzero(rng.random(n) < 0.5)
-    t0 = int(time[0]) if n else 0
-    got = blktrace._row_columns(rows, partner, queued_by, time, sector, nbytes, pid, device, t0)
+    kind = rng.integers(0, 4, n).astype(np.uint8)
+    # As _match pairs them: an I/O with at most one later completion, each completion once.
+    partner = np.full(n, -1, np.int64)
+    free = set(np.flatnonzero(kind == 2).tolist())
+    for i in np.flatnonzero(kind == 1):
+        later = sorted(c for c in free if c > i)
+        if later and rng.random() < 0.7:
+            c = later[rng.integers(len(later))]
+            free.discard(c)
+            partner[i], partner[c] = c, i
+    queued_by = np.array([rng.integers(0, i) if i and rng.random() < 0.5 else -1 for i in range(n)],
+                         np.int64)
+    t0, final = (int(time[0]) if n else 0), bool(rng.random() < 0.3)
+    horizon, max_carry = int(rng.integers(0, 10**6)), int(rng.integers(1, n + 2))
+    columns, preflush, carry, unmatched, seen = blktrace._window_rows(
+        kind, partner, queued_by, time, sector, nbytes, action, pid, device, t0, final, horizon,
+        max_carry)
+    # The reference, in NumPy.
+    ios = np.flatnonzero(kind == 1)
+    cut = n
+    waiting = ios[partner[ios] < 0]
+    waiting = waiting[time[waiting] >= (time[-1] if n else 0) - horizon]
+    if not final and waiting.size:
+        cut = max(int(waiting[0]), n - max_carry)
+    rows = ios[ios < cut]
     p, q = partner[rows], queued_by[rows]
+    op, flags = blktrace._op_and_flags(action[rows], nbytes[rows])
     expected = (
         time[rows] - t0,
         sector[rows].astype(np.int64) * 512,
@@ -600,11 +622,17 @@ def test_row_columns_kernel_agrees_with_numpy(n, seed):
         np.where(p >= 0, time[np.maximum(p, 0)] - time[rows], blktrace.UNMATCHED),
         np.where(q >= 0, pid[np.maximum(q, 0)], pid[rows]).astype(np.int32),
         device[rows],
+        op,
+        flags,
     )
-    for a, b in zip(got, expected):
+    for a, b in zip(columns, expected):
         assert a.dtype == b.dtype and np.array_equal(a, b)
-
-
+    assert np.array_equal(preflush, (op == Op.WRITE) & ((action[rows] >> 16) & blktrace.TC_FLUSH != 0))
+    consumed = np.zeros(n, bool)
+    consumed[p[p >= 0]] = True
+    assert np.array_equal(carry, np.arange(cut, n)[~consumed[cut:]])
+    assert unmatched == np.count_nonzero(~consumed[:cut][kind[:cut] == 2])
+    assert seen == bool(np.any(action & 0xFF == blktrace.ACT_COMPLETE))
 
 
 @given(st.lists(st.lists(st.tuples(st.integers(0, 20), st.sampled_from([1, 7, 8, 3])), max_size=30),
