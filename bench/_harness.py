@@ -35,8 +35,9 @@ def _threads_cpu_ns(names=False) -> dict:
 
 
 class _Sampler(threading.Thread):
-    """Samples every thread's CPU every 5 ms, so the last figure of a thread that has exited
-    (the engine thread, io_uring's io-wq workers) is known to within 5 ms of CPU."""
+    """With --threads: samples every thread's CPU every 5 ms, so the last figure of a thread
+    that has exited (io_uring's io-wq workers) is known to within 5 ms of CPU. Its wake-ups
+    perturb the run, so it is off unless asked for."""
 
     def __init__(self):
         super().__init__(daemon=True)
@@ -70,7 +71,7 @@ def _worker(argv):
     p.add_argument("--qd", type=int, default=32)
     p.add_argument("--speed", type=float, default=1.0)
     p.add_argument("--max-inflight", type=int, default=1024)
-    p.add_argument("--no-sampler", action="store_true", help="no 5 ms thread sampler (timing runs)")
+    p.add_argument("--threads", action="store_true", help="sample every thread's CPU every 5 ms")
     a = p.parse_args(argv)
 
     from replay.runner import RunOptions, replay  # imports (numba, pyarrow) stay out of the window
@@ -82,19 +83,19 @@ def _worker(argv):
     # stays in the process clock: engine CPU = process CPU delta - live threads' deltas.
     # The engine thread is sampled (it is gone by then); io-wq workers are the dead rest.
     sampler = _Sampler()
-    if not a.no_sampler:
+    if a.threads:
         sampler.start()
     threads0, cpu0 = _threads_cpu_ns(), time.process_time_ns()
     t0, w0 = os.times(), time.perf_counter()
     out = replay(a.trace, a.target, opts, output=a.output)
     t1, w1 = os.times(), time.perf_counter()
     cpu1, threads1 = time.process_time_ns(), _threads_cpu_ns()
-    if not a.no_sampler:
+    if a.threads:
         sampler.done.set()
         sampler.join()
+    # The engine thread has exited by now, and an exited thread's CPU stays in the process
+    # clock: the engine reports its own; the dead rest are io_uring's io-wq workers.
     live_ns = sum(ns - threads0.get(tid, 0) for tid, ns in threads1.items())
-    engine_ns = sum(ns for tid, (comm, ns) in sampler.last.items()
-                    if comm == "replay-engine" and tid not in threads1)
     s = out.summary
     print(json.dumps({
         "ios": out.rows,
@@ -104,9 +105,9 @@ def _worker(argv):
         "process_cpu_s": (cpu1 - cpu0 - sampler.own_ns) / 1e9,  # the sampler's own CPU taken out
         "process_user_s": t1.user - t0.user,
         "process_sys_s": t1.system - t0.system,
-        "engine_cpu_s": engine_ns / 1e9,  # the engine thread alone
-        "engine_iowq_cpu_s": (cpu1 - cpu0 - live_ns) / 1e9,  # plus io_uring's io-wq workers
-        "threads_cpu_s": _by_name(sampler.last, threads0),  # per thread name, as sampled
+        "engine_cpu_s": out.engine_cpu_s,  # the engine thread alone, as it measured itself
+        "iowq_cpu_s": (cpu1 - cpu0 - live_ns) / 1e9 - out.engine_cpu_s,  # io_uring's workers
+        "threads_cpu_s": _by_name(sampler.last, threads0),  # with --threads: per thread name
         "maxrss_before_kib": rss_before,
         "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "errors": s.total().errors,
@@ -116,10 +117,10 @@ def _worker(argv):
 
 
 def run_ours(trace, target, output, *, engine="io_uring", afap=True, qd=32, speed=1.0,
-             max_inflight=1024, keep_output=False, sampler=True) -> dict:
+             max_inflight=1024, keep_output=False, threads=False) -> dict:
     """One replay in a fresh Python process; returns the worker's JSON plus `child_cpu_s`
-    (rusage of the whole child, interpreter start and imports included). Without `sampler`,
-    `engine_cpu_s` is 0 (the sampler's 5 ms wake-ups would perturb timing runs)."""
+    (rusage of the whole child, interpreter start and imports included). With `threads`,
+    `threads_cpu_s` has each thread name's CPU, sampled every 5 ms (which perturbs the run)."""
     cmd = [sys.executable, str(HERE / "_harness.py"), "worker", "--trace", str(trace),
            "--output", str(output), "--engine", engine, "--qd", str(qd), "--speed", str(speed),
            "--max-inflight", str(max_inflight)]
@@ -127,8 +128,8 @@ def run_ours(trace, target, output, *, engine="io_uring", afap=True, qd=32, spee
         cmd += ["--target", str(target)]
     if afap:
         cmd.append("--afap")
-    if not sampler:
-        cmd.append("--no-sampler")
+    if threads:
+        cmd.append("--threads")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     # As the `replay` CLI sets it: OpenBLAS's idle threads would spin on the engine's cores.
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}

@@ -98,7 +98,7 @@ def main():
             write_iolog_v3(iolog, dev, ts, offset)
             out = Path(tmp, "out.parquet")
             # Ours first, then fio: one pair per rate, back to back on the same device.
-            ours = run_ours(trace, dev, out, afap=False, keep_output=True, sampler=False)
+            ours = run_ours(trace, dev, out, afap=False, keep_output=True)
             o = ours_figures(pq.read_table(out, columns=["intended_ns", "issue_ns", "complete_ns"]), ts)
             out.unlink()
             lat = Path(tmp, f"fio-{rate}")

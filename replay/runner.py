@@ -62,6 +62,7 @@ class RunOutcome:
     rows: int
     notices: list[str] = field(default_factory=list)
     time_limited: bool = False  # stopped at options.time_limit_s
+    engine_cpu_s: float = 0.0  # CPU of the engine threads (not the kernel's I/O workers)
 
 
 @dataclass
@@ -451,6 +452,7 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     if aligned:
         notices.append(f"aligned {aligned} I/Os to the target's {tgt.logical_block_size}-byte blocks")
     spread = any(s["spread_over_workers"] for s in stats)
+    engine_cpu_s = sum(s["cpu_ns"] for s in stats) / 1e9
     if spread:
         notices.append(f"io_uring ran the I/O on {tgt.path} in kernel worker threads (its driver "
                        "cannot take I/O without blocking), so they were let run concurrently, "
@@ -458,8 +460,9 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     path = writer.close({"interrupted": interrupted, "rows_done": merger.done,
                          "time_limited": time_up, "trace": source.describe(merger.done),
                          "aligned_ios": aligned, "spread_over_workers": spread,
+                         "engine_cpu_s": engine_cpu_s,
                          "summary": summary.to_dict()})
-    return RunOutcome(path, summary, interrupted, tgt, merger.done, notices, time_up)
+    return RunOutcome(path, summary, interrupted, tgt, merger.done, notices, time_up, engine_cpu_s)
 
 
 class _Merger:

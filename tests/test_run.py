@@ -557,6 +557,7 @@ def test_io_on_a_driver_that_blocks_is_spread_over_worker_threads(tmp_path, zram
     on_zram = replay(trace, zram, RunOptions(afap=True, qd=32), output=tmp_path / "zram.parquet")
     cols, meta = results(on_zram)
     assert meta["target"]["bio_based"] is True and meta["spread_over_workers"] is True
+    assert 0 < on_zram.engine_cpu_s == meta["engine_cpu_s"]  # the engine thread's own CPU
     assert any("kernel worker threads" in n for n in on_zram.notices)
     assert np.all(cols["result"] == 4 * KIB)
     # A blk-mq device takes the I/O from the engine thread itself: nothing to spread.

@@ -239,6 +239,7 @@ impl Replayer {
         d.set_item("rows_issued", summary.rows_issued)?;
         d.set_item("interrupted", summary.interrupted)?;
         d.set_item("spread_over_workers", summary.spread)?;
+        d.set_item("cpu_ns", summary.cpu_ns)?;
         Ok(d)
     }
 }

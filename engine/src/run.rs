@@ -9,7 +9,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::Duration;
 
 use crate::backend::{Engine, Io, Wait, FLAG_FUA, OP_DISCARD, OP_WRITE};
-use crate::clock::{intended_ns, now_ns, SPIN_NS};
+use crate::clock::{intended_ns, now_ns, thread_cpu_ns, SPIN_NS};
 use crate::data::Buffers;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -81,6 +81,8 @@ pub struct Summary {
     pub interrupted: bool,
     /// See `Engine::spread_over_workers`.
     pub spread: bool,
+    /// CPU time of the thread that ran the replay (not the kernel's I/O workers).
+    pub cpu_ns: i64,
 }
 
 /// Run until the input closes and everything issued has completed, or until `stop` is set
@@ -112,7 +114,13 @@ pub fn run(
         }
     };
     let Some(first) = first else {
-        return Ok(Summary { start_ns: now_ns(), rows_issued: 0, interrupted: stop.load(Ordering::Relaxed), spread: false });
+        return Ok(Summary {
+            start_ns: now_ns(),
+            rows_issued: 0,
+            interrupted: stop.load(Ordering::Relaxed),
+            spread: false,
+            cpu_ns: thread_cpu_ns(),
+        });
     };
     active.push_back(Active::new(first));
     let t0 = start_ns.unwrap_or_else(now_ns);
@@ -222,7 +230,13 @@ pub fn run(
     }
     match failure {
         Some(e) => Err(e),
-        None => Ok(Summary { start_ns: t0, rows_issued, interrupted: stopping, spread: engine.spread_over_workers() }),
+        None => Ok(Summary {
+            start_ns: t0,
+            rows_issued,
+            interrupted: stopping,
+            spread: engine.spread_over_workers(),
+            cpu_ns: thread_cpu_ns(),
+        }),
     }
 }
 
