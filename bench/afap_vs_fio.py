@@ -9,7 +9,8 @@ process. fio: --ioengine=io_uring --direct=1 --bs=4k --rw=randread|randrw --rwmi
 How to read it: each row is one (target, workload, QD); runs alternate ours/fio, and the
 ratio columns are medians of the per-repetition ratios (ours / fio), so machine noise common
 to a pair cancels; "range" is the lowest and highest IOPS ratio of the repetitions (on these
-shared machines one pair can differ by 30 % either way). IOPS ratio > 1 means we are faster. CPU/IO is microseconds of CPU per I/O:
+shared machines one pair can differ by 30 % either way). IOPS ratio > 1 means we are faster.
+CPU/IO is microseconds of CPU per I/O:
 "eng" is our engine thread alone vs fio's job thread (fio's usr_cpu + sys_cpu x runtime,
 which fio takes with RUSAGE_THREAD, so neither includes io_uring's io-wq worker threads, which
 serve every I/O on zram and on loop devices here); "proc" is our whole replay() call (Parquet scan and read, results file and

@@ -5,8 +5,8 @@ IOPS with latencies), as one merged stream and split into 2 per-CPU files.
 How to read it: each decode runs in a fresh Python process that iterates every chunk of
 blktrace.read() (decode, merge, completion matching, rows) and writes nothing; "records/s" is
 blktrace records (not I/Os) over that process's wall time for the read, Numba compilation
-excluded (it is warmed on tiny files of the same kind first: one stream, 2 per-CPU files). "peak RSS" is the process's VmHWM and
-"after imports" its RSS before reading: memory is bounded if peak stays flat as files grow.
+excluded (it is warmed on tiny files of both kinds first). "peak RSS" is the process's VmHWM
+and "after imports" its RSS before reading: memory is bounded if peak stays flat as files grow.
 Goal (issue 3): >= 20M records/s on this 2-core machine.
 """
 import json

@@ -454,9 +454,8 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     spread = any(s["spread_over_workers"] for s in stats)
     engine_cpu_s = sum(s["cpu_ns"] for s in stats) / 1e9
     if spread:
-        notices.append(f"io_uring ran the I/O on {tgt.path} in kernel worker threads (its driver "
-                       "cannot take I/O without blocking), so they were let run concurrently, "
-                       "one per CPU at most")
+        notices.append(f"io_uring served {tgt.path} from kernel worker threads (its driver "
+                       "cannot take I/O without blocking); up to one per CPU ran at once")
     path = writer.close({"interrupted": interrupted, "rows_done": merger.done,
                          "time_limited": time_up, "trace": source.describe(merger.done),
                          "aligned_ios": aligned, "spread_over_workers": spread,
