@@ -380,6 +380,31 @@ def test_writer_writes_result_columns(tmp_path):
     assert_same_columns(got, {**trace, **results})
 
 
+@HYPOTHESIS
+@given(trace=valid_traces(), write_rows=st.integers(1, 9), group_rows=st.integers(1, 30))
+def test_held_writes_make_row_groups_of_group_rows(tmp_path_factory, trace, write_rows, group_rows):
+    path = tmp_path_factory.mktemp("groups") / "t.parquet"
+    fields = [(name, pa.from_numpy_dtype(trace[name].dtype)) for name, _ in TRACE_FIELDS]
+    fields += [(n, t) for n, t in schema.OPTIONAL_COLUMNS.items() if n in trace]
+    n = len(trace["ts_ns"])
+    with TraceWriter(path, fields, {}, group_rows=group_rows) as writer:
+        for start in range(0, n, write_rows):
+            writer.write({k: v[start:start + write_rows] for k, v in trace.items()})
+    got, _ = read_trace(path)
+    assert_same_columns(got, trace)
+    # Every group but the last reaches group_rows, and none is larger than it needs to be.
+    sizes = [g["num_rows"] for g in pq.ParquetFile(path).metadata.to_dict()["row_groups"]]
+    assert sum(sizes) == n and all(size >= group_rows for size in sizes[:-1])
+    assert all(size < group_rows + write_rows for size in sizes)
+
+
+def test_abort_discards_held_rows(tmp_path):
+    writer = TraceWriter(tmp_path / "r.parquet", TRACE_FIELDS, {}, group_rows=1000)
+    writer.write(small_trace())
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_abort_leaves_no_file(tmp_path):
     writer = TraceWriter(tmp_path / "r.parquet", TRACE_FIELDS, {})
     writer.write(small_trace())
