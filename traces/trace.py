@@ -329,7 +329,7 @@ class TraceWriter:
         self.path = Path(path)
         # The Parquet writer keeps ~7 KB of metadata per row group in memory until close: a
         # replay's results, written 65,536 rows at a time, grew a process by 63 MB over 325M
-        # I/Os. Fewer, larger groups bound that, for the memory of the rows held.
+        # I/Os. Larger groups slow that growth down, for the memory of the rows held.
         self._group_rows = group_rows
         self._held, self._held_rows = [], 0
         self._schema = pa.schema([pa.field(name, type_) for name, type_ in columns])
