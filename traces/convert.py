@@ -110,6 +110,30 @@ def iter_lines(path, skip_rows=0):
         raise TraceFormatError(path, f"cannot read: {e}") from None
 
 
+def first_record(path, parse, checker, otherwise):
+    """(line number, parse(line)) of the first line of `path`, or None for an empty file. A
+    first line that `parse` refuses (None) is a TraceFormatError naming the field `checker`
+    finds at fault, or saying `otherwise` when every field has the right kind."""
+    first = next(iter_lines(path), None)
+    if first is None:
+        return None
+    parsed = parse(first[1].decode("utf-8", "replace"))
+    if parsed is None:
+        raise TraceFormatError(path, f"line {first[0]}: {checker(first[1]) or otherwise}")
+    return first[0], parsed
+
+
+def device_option(options, what: str) -> int | None:
+    """The importer option --device as an integer, or None when not given."""
+    wanted = options.get("device")
+    if wanted is None:
+        return None
+    try:
+        return int(wanted)
+    except ValueError:
+        raise ReplayError(f"--device must be a {what} number, not {wanted!r}") from None
+
+
 def first_lines(head: bytes, count=1) -> list[str]:
     """Up to `count` non-empty lines from a sniffing head (the last, maybe cut, is dropped).
 

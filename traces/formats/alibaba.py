@@ -9,7 +9,7 @@ import datetime
 import numpy as np
 import pyarrow as pa
 
-from replay.errors import ReplayError, TraceFormatError
+from replay.errors import TraceFormatError
 from traces import convert
 from traces.schema import Op
 
@@ -61,23 +61,15 @@ def _sizes(path):
 
 
 def read(paths, options):
-    wanted = options.get("device")
-    if wanted is not None:
-        try:
-            wanted = int(wanted)
-        except ValueError:
-            raise ReplayError(f"--device must be a device_id number, not {wanted!r}") from None
+    wanted = convert.device_option(options, "device_id")
     origin = None
     for path in paths:
-        first = next(convert.iter_lines(path), None)
+        first = convert.first_record(path, _parse, convert.field_checker(KINDS), "opcode must be R or W")
         if first is None:
             continue
-        parsed = _parse(first[1].decode("utf-8", "replace"))
-        if parsed is None:
-            raise TraceFormatError(path, f"line {first[0]}: " + (
-                convert.field_checker(KINDS)(first[1]) or "opcode must be R or W"))
+        number, parsed = first
         if parsed[3] < 10**14:
-            raise TraceFormatError(path, f"line {first[0]}: timestamp {parsed[3]} is not in microseconds "
+            raise TraceFormatError(path, f"line {number}: timestamp {parsed[3]} is not in microseconds "
                                    "since 1970 (about 1.58e15 for 2020)")
         origin = parsed[3] if origin is None else min(origin, parsed[3])
     origin = origin or 0

@@ -6,7 +6,6 @@ size in 512-byte sectors. The first time becomes 0; pid and process fill pid and
 import numpy as np
 import pyarrow as pa
 
-from replay.errors import TraceFormatError
 from traces import convert
 from traces.schema import Op
 
@@ -40,16 +39,9 @@ def sniff(path, head) -> bool:
 
 
 def read(paths, options):
-    firsts = []
-    for path in paths:
-        first = next(convert.iter_lines(path), None)
-        if first is None:
-            continue
-        parsed = _parse(first[1].decode("utf-8", "replace"))
-        if parsed is None:
-            raise TraceFormatError(path, f"line {first[0]}: " + (
-                convert.field_checker(KINDS, delimiter=" ")(first[1]) or "operation must be R or W"))
-        firsts.append(parsed)
+    checker = convert.field_checker(KINDS, delimiter=" ")
+    firsts = [first[1] for path in paths
+              if (first := convert.first_record(path, _parse, checker, "operation must be R or W"))]
     origin = min((f[0] for f in firsts), default=0)
     devices = sorted({(f[4], f[5]) for f in firsts})
     metadata = {

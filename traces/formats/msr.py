@@ -49,16 +49,13 @@ def read(paths, options):
     meter = options.get("meter")
     firsts = []
     for path in paths:
-        first = next(convert.iter_lines(path), None)
+        first = convert.first_record(path, _fields, convert.field_checker(KINDS), "Type must be Read or Write")
         if first is None:
             firsts.append(None)
             continue
-        fields = _fields(first[1].decode("utf-8", "replace"))
-        if fields is None:
-            problem = convert.field_checker(KINDS)(first[1]) or "Type must be Read or Write"
-            raise TraceFormatError(path, f"line {first[0]}: {problem}")
+        number, fields = first
         if fields[1][0] < 10**17:
-            raise TraceFormatError(path, f"line {first[0]}: Timestamp {fields[1][0]} is not a Windows "
+            raise TraceFormatError(path, f"line {number}: Timestamp {fields[1][0]} is not a Windows "
                                    "FILETIME (100 ns ticks since 1601, about 1.28e17 for 2007)")
         firsts.append(fields)
     starts = [f[1][0] for f in firsts if f is not None]

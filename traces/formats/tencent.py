@@ -10,7 +10,7 @@ import datetime
 import numpy as np
 import pyarrow as pa
 
-from replay.errors import ReplayError, TraceFormatError
+from replay.errors import TraceFormatError
 from traces import convert
 from traces.schema import Op
 
@@ -45,23 +45,15 @@ def sniff(path, head) -> bool:
 
 
 def read(paths, options):
-    wanted = options.get("device")
-    if wanted is not None:
-        try:
-            wanted = int(wanted)
-        except ValueError:
-            raise ReplayError(f"--device must be a VolumeID number, not {wanted!r}") from None
+    wanted = convert.device_option(options, "VolumeID")
     origin = None
     for path in paths:
-        first = next(convert.iter_lines(path), None)
+        first = convert.first_record(path, _parse, convert.field_checker(KINDS), "IOType must be 0 or 1")
         if first is None:
             continue
-        parsed = _parse(first[1].decode("utf-8", "replace"))
-        if parsed is None:
-            raise TraceFormatError(path, f"line {first[0]}: " + (
-                convert.field_checker(KINDS)(first[1]) or "IOType must be 0 or 1"))
+        number, parsed = first
         if not 10**9 <= parsed[0] < 10**10:
-            raise TraceFormatError(path, f"line {first[0]}: Timestamp {parsed[0]} is not in whole "
+            raise TraceFormatError(path, f"line {number}: Timestamp {parsed[0]} is not in whole "
                                    "seconds since 1970 (about 1.54e9 for 2018)")
         origin = parsed[0] if origin is None else min(origin, parsed[0])
     origin = origin or 0

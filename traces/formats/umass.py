@@ -9,7 +9,7 @@ up to 1 MiB, and records the layout in the metadata.
 import numpy as np
 import pyarrow as pa
 
-from replay.errors import ReplayError, TraceFormatError
+from replay.errors import ReplayError
 from traces import convert
 from traces.schema import Op
 
@@ -44,14 +44,9 @@ def read(paths, options):
     if mode not in ("devices", "concat"):
         raise ReplayError(f"--asu must be devices or concat, not {mode!r}")
     meter = options.get("meter")
-    widths = []
-    for path in paths:
-        first = next(convert.iter_lines(path), None)
-        parsed = _parse(first[1].decode("utf-8", "replace")) if first else None
-        if first and parsed is None:
-            raise TraceFormatError(path, f"line {first[0]}: " + (
-                convert.field_checker(KINDS, min_fields=5)(first[1]) or "Opcode must be r or w"))
-        widths.append(parsed[4] if parsed else 5)
+    checker = convert.field_checker(KINDS, min_fields=5)
+    widths = [first[1][4] if (first := convert.first_record(path, _parse, checker, "Opcode must be r or w"))
+              else 5 for path in paths]
     metadata = {
         "description": "Imported from the UMass SPC traces: " + ", ".join(p.name for p in paths) + ".",
         "source": {"kind": "import:umass", "asu": mode},
