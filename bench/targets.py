@@ -64,16 +64,20 @@ def zram_device(size: int = 2 * GIB, span: int = GIB, compress_pct: int = 50):
         prewrite("/dev/zram0", span, compress_pct)
         yield "/dev/zram0"
     finally:
-        # The kernel frees an io_uring ring (and its hold on the device) some milliseconds
-        # after the last run; until then reset says EBUSY.
-        for attempt in range(50):
-            try:
-                Path(ZRAM, "reset").write_text("1")
-                break
-            except OSError as e:
-                if e.errno != errno.EBUSY or attempt == 49:
-                    raise
-                time.sleep(0.1)
+        reset_zram()
+
+
+def reset_zram(tries: int = 50) -> None:
+    """Reset /dev/zram0, retrying while the kernel still holds it: it frees an io_uring ring
+    (and the ring's hold on the device) some milliseconds after the last run."""
+    for attempt in range(tries):
+        try:
+            Path(ZRAM, "reset").write_text("1")
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or attempt == tries - 1:
+                raise
+            time.sleep(0.1)
 
 
 @contextlib.contextmanager

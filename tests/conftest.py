@@ -2,15 +2,14 @@
 
 Loop tests need root and losetup; elsewhere they skip with that reason. CI is root and runs them.
 """
-import errno
 import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+from bench import targets
 from conftest_targets import drive_pair  # noqa: F401  (the two-drive fixture)
 
 MIB = 1 << 20
@@ -103,7 +102,7 @@ def zram():
     someone else's and is left alone (the test fails saying so)."""
     if _why_no_root:
         pytest.skip(_why_no_root)
-    sysfs = Path("/sys/block/zram0")
+    sysfs = Path(targets.ZRAM)
     if not sysfs.exists():
         subprocess.run(["modprobe", "zram"], capture_output=True)
     assert sysfs.exists(), "no /dev/zram0 and `modprobe zram` did not make one"
@@ -113,18 +112,4 @@ def zram():
     try:
         yield "/dev/zram0"
     finally:
-        reset_zram(sysfs)
-
-
-def reset_zram(sysfs: Path, tries: int = 50) -> None:
-    """Reset a zram device, retrying while the kernel still holds it (an io_uring ring that
-    used it is freed by a kernel worker some milliseconds after the run)."""
-    for _ in range(tries):
-        try:
-            (sysfs / "reset").write_text("1")
-            return
-        except OSError as e:
-            if e.errno != errno.EBUSY:
-                raise
-            time.sleep(0.1)
-    (sysfs / "reset").write_text("1")
+        targets.reset_zram()

@@ -5,12 +5,12 @@ block cgroup. Replays on the slow one run in a child process that joins the cgro
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from cli_process import replay_cli
 from bench import targets
 
 MIB = 1 << 20
@@ -26,11 +26,8 @@ class DrivePair:
     def replay(self, device: str, *args, timeout=120) -> subprocess.CompletedProcess:
         """`replay ARGS` in a child process; inside the throttle's cgroup when `device` is the
         slow drive, so its I/O is limited from the first one."""
-        cmd = [sys.executable, "-c", "from replay.cli import main; main()", *map(str, args)]
         extra = self.throttle.popen_kwargs() if device == self.slow else {}
-        env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env,
-                              timeout=timeout, **extra)
+        return replay_cli(*args, cwd=REPO, timeout=timeout, **extra)
 
 
 def _why_no_pair() -> str | None:

@@ -5,10 +5,8 @@ device with its scores recomputed from the Parquet files, and bad input as one s
 import glob
 import json
 import math
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_process import replay_cli, replay_process, wait_for
 from analysis import scoring
 from analysis.summary import RunSummary
 from replay.errors import ReplayError, UnsafeTargetError
@@ -45,10 +44,7 @@ def summary_of(path) -> RunSummary:
 
 
 def bench_cli(*args, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-c", "from replay.cli import main; main()", "bench", *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO,
-        env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(REPO)})
+    return replay_cli("bench", *args, cwd=REPO, timeout=timeout)
 
 
 def make_file(path, size):
@@ -277,24 +273,12 @@ def test_pts_on_a_loop_device(loop_device, tmp_path):
 
 def test_ctrl_c_keeps_the_finished_runs_and_the_partial_one(tmp_path):
     out = tmp_path / "steady"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from replay.cli import main; main()", "bench", "steady",
-         "--engine", "null", "--span", "64M", "--duration", "120", "-o", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        deadline = time.monotonic() + 60
-        while not glob.glob(f"{out}/steady.parquet.*.partial"):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the steady run never started"
-            time.sleep(0.02)
+    with replay_process("bench", "steady", "--engine", "null", "--span", "64M", "--duration", "120",
+                        "-o", out, cwd=REPO) as proc:
+        wait_for(proc, lambda: glob.glob(f"{out}/steady.parquet.*.partial"), "the steady run")
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted" in stderr
     results = json.loads((out / "results.json").read_text())

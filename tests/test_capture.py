@@ -5,8 +5,6 @@ import os
 import signal
 import struct
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_process import replay_cli, replay_process, wait_for
 from replay.errors import TraceFormatError
 from traces.capture import CaptureError, capture
 from traces.capture import tracefs
@@ -356,11 +355,6 @@ def test_build_of_nothing_is_empty():
 # Real captures on loop devices
 # ---------------------------------------------------------------------------------------
 
-def replay_cli(*args, **kw):
-    return subprocess.run([sys.executable, "-c", "from replay.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, timeout=120, **kw)
-
-
 @pytest.fixture
 def tracefs_restored():
     """Asserts the capture left tracefs as it found it: no instance of ours, same mount."""
@@ -417,10 +411,7 @@ def test_capture_with_duration_and_filesystem_keeps_flushes(tmp_path, loop_devic
     subprocess.run(["mkfs.ext4", "-q", "-F", dev], check=True, capture_output=True)
     mnt = mounted(dev)
     out = tmp_path / "fs.parquet"
-    proc = subprocess.Popen([sys.executable, "-c", "from replay.cli import main; main()", "capture", dev,
-                             "-o", str(out), "--duration", "3"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
+    with replay_process("capture", dev, "-o", out, "--duration", "3") as proc:
         instance = TRACEFS / "instances" / f"tracereplay-{proc.pid}"
         # The CLI says when events are being recorded (a new instance's tracing_on is 1
         # before capture sets it up, so polling that file would race).
@@ -429,10 +420,6 @@ def test_capture_with_duration_and_filesystem_keeps_flushes(tmp_path, loop_devic
         (mnt / "f").write_bytes(os.urandom(256 * 1024))
         subprocess.run(["sync"], check=True)
         stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, stderr
     cols, meta = read_trace(out)
     writes = cols["op"] == Op.WRITE
@@ -475,23 +462,13 @@ def test_sigint_stops_the_command_and_removes_the_instance(tmp_path, loop_device
     dev = loop_device(16 * MIB)
     out = tmp_path / "int.parquet"
     marker = tmp_path / "started"
-    proc = subprocess.Popen([sys.executable, "-c", "from replay.cli import main; main()", "capture", dev,
-                             "-o", str(out), "--backend", "tracefs", "--", "sh", "-c",
-                             f"dd if={dev} of=/dev/null bs=4k count=1 iflag=direct status=none; "
-                             f"touch {marker}; exec sleep 60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+    with replay_process("capture", dev, "-o", out, "--backend", "tracefs", "--", "sh", "-c",
+                        f"dd if={dev} of=/dev/null bs=4k count=1 iflag=direct status=none; "
+                        f"touch {marker}; exec sleep 60") as proc:
+        wait_for(proc, marker.exists, "the traced command's start")
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert not (TRACEFS / "instances" / f"tracereplay-{proc.pid}").exists()

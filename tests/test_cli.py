@@ -2,29 +2,18 @@
 one line with exit code 2, run in a real process so stray tracebacks would show.
 """
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from cli_process import replay_cli
 from traces.schema import Op
 from traces.trace import read_trace, write_trace
 
 MIB = 1 << 20
 RUN_FLAGS = ["--speed", "--afap", "--qd", "--max-inflight", "--engine", "--remap", "--read-only",
              "--dry-run", "--data", "-o", "--output", "--json", "--destroy-data"]
-
-
-def replay_cli(*args, cwd=None):
-    """Run `replay ARGS` as the console script does; returns the CompletedProcess."""
-    return subprocess.run(
-        [sys.executable, "-c", "from replay.cli import main; main()", *map(str, args)],
-        capture_output=True, text=True, cwd=cwd, timeout=120,
-        env={**os.environ, "COLUMNS": "200"},  # wide enough that help never wraps a flag
-    )
 
 
 def test_run_help_documents_every_flag():

@@ -2,26 +2,17 @@
 successful import and export, and bad input as one error line, exit code 2 and no output.
 """
 import gzip
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from cli_process import replay_cli
 from traces.schema import Op
 from traces.trace import read_trace, write_trace
 
 FILETIME_2007 = 128166372000000000
 IMPORT_FLAGS = ["-o", "--output", "--format", "--event", "--asu", "--device", "--name"]
 EXPORT_FLAGS = ["-o", "--output", "--format"]
-
-
-def replay_cli(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-c", "from replay.cli import main; main()", *map(str, args)],
-        capture_output=True, text=True, cwd=cwd, timeout=120, env={**os.environ, "COLUMNS": "200"},
-    )
 
 
 @pytest.mark.parametrize("command,flags", [("import", IMPORT_FLAGS), ("export", EXPORT_FLAGS)])

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_process import replay_process
 from analysis.characterise import characterise
 from replay.errors import ReplayError
 from traces.capture.recipes import boot, boot_image
@@ -157,10 +158,7 @@ def _qemu_children(parent: int) -> dict[int, str]:
 @pytest.mark.loopdev
 def test_boot_ctrl_c_ends_qemu_and_removes_everything(tmp_path):
     output = tmp_path / "interrupted.parquet"
-    proc = subprocess.Popen([sys.executable, "-c", "from replay.cli import main; main()", "capture",
-                             "recipe", "boot", "-o", str(output)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with replay_process("capture", "recipe", "boot", "-o", output) as proc:
         for line in proc.stderr:
             if "tracing with" in line:
                 break
@@ -176,10 +174,6 @@ def test_boot_ctrl_c_ends_qemu_and_removes_everything(tmp_path):
         time.sleep(2)
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, err
     assert "interrupted: no trace was written" in err and "Traceback" not in err
     assert not output.exists()

@@ -6,12 +6,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import cli_process
+from cli_process import replay_process
 from replay.errors import ReplayError
 from traces.capture.recipes import RECIPES, RecipeError, load, names
 from traces.capture.recipes.common import MIB, Session, parse_knobs
@@ -23,9 +24,7 @@ root_loop = [pytest.mark.root, pytest.mark.loopdev]
 
 
 def replay_cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-c", "from replay.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "COLUMNS": "200"})
+    return cli_process.replay_cli(*args, timeout=timeout)
 
 
 def leftovers(recipe: str, pid: int) -> dict:
@@ -223,21 +222,14 @@ def test_a_failing_workload_still_tears_down(tmp_path, clean):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_recipe_tears_down(tmp_path, clean, sig):
     out = tmp_path / "blob.parquet"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from replay.cli import main; main()", "capture", "recipe", "blob",
-         "-o", out, "--duration", "120", "--populate-mb", "16", "--rate", "20", "--clients", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    clean("blob", proc.pid)
-    try:
+    with replay_process("capture", "recipe", "blob", "-o", out, "--duration", "120",
+                        "--populate-mb", "16", "--rate", "20", "--clients", "1") as proc:
+        clean("blob", proc.pid)
         for line in proc.stderr:
             if "tracing with" in line:
                 break
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert not out.exists()

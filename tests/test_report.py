@@ -1,11 +1,9 @@
 """`replay report`: a self-contained HTML page whose plots decode and are not blank, rendered in
 headless Chromium without console errors; results sets, partial runs and bad input."""
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib.image
@@ -13,6 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+import cli_process
 from replay.runner import RunOptions, replay
 from synth.generators import random_mix, to_trace
 from traces.schema import METADATA_KEY
@@ -23,9 +22,7 @@ FIGURES = {"latency_cdf", "iops_over_time", "latency_over_time", "latency_scatte
 
 
 def replay_cli(*args):
-    return subprocess.run([sys.executable, "-c", "from replay.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, cwd=REPO, timeout=180,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
+    return cli_process.replay_cli(*args, cwd=REPO, timeout=180)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -17,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_process import replay_process, wait_for
 from replay.errors import ReplayError, TargetError, UnsafeTargetError
 from replay.runner import RunOptions, replay
 from traces import library
@@ -503,25 +503,13 @@ def test_ctrl_c_saves_the_rows_done_and_exits_130(tmp_path):
     trace = make_trace(tmp_path / "long.parquet", rows)
     target = make_file(tmp_path / "disk.img", 1 * MIB)
     out = tmp_path / "out.parquet"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from replay.cli import main; main()",
-         "run", str(trace), target, "-o", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    try:
+    with replay_process("run", trace, target, "-o", out, cwd=tmp_path) as proc:
         # The results file is opened (as OUT.*.partial) once the engine runs: from then on,
         # let it replay about 2 s of the trace before the Ctrl-C.
-        deadline = time.monotonic() + 60
-        while not glob.glob(f"{out}.*.partial"):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the run never started"
-            time.sleep(0.02)
+        wait_for(proc, lambda: glob.glob(f"{out}.*.partial"), "the run's start")
         time.sleep(2)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "Traceback" not in stdout
     said = [line for line in stderr.splitlines() if "interrupted" in line]

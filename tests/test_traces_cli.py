@@ -1,20 +1,12 @@
 """`replay traces ls|show|verify` as a user runs them, in a real process so tracebacks would show."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from cli_process import replay_cli
 from traces.schema import Op
 from traces.trace import write_trace
-
-
-def replay_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-c", "from replay.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=120,
-                          env={**os.environ, "COLUMNS": "200"})
 
 
 def _trace(path, device_size=None, offsets=(0, 8192, 12288, 0), ops=None):

@@ -2,9 +2,6 @@
 and every kind of bad input answered with one sentence and exit code 2."""
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import cli_process
 from analysis.verdict import _log_share, verdict
 from replay.runner import RunOptions, replay
 from synth.generators import random_mix, to_trace
@@ -22,9 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def replay_cli(*args):
-    return subprocess.run([sys.executable, "-c", "from replay.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
+    return cli_process.replay_cli(*args, cwd=REPO)
 
 
 def _trace(path, *, rate=None, count=1000, name=None, read_share=0.7):
