@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from replay.commands import fail
 from replay.commands.run import Engine
 from replay.errors import ReplayError
 
@@ -81,8 +82,7 @@ def bench(
     except ReplayError as e:
         for n in dict.fromkeys(notices):
             typer.echo(f"note: {n}", err=True)
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        fail(e)
     for n in dict.fromkeys(notices):
         typer.echo(f"note: {n}", err=True)
     if json_out:

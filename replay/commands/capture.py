@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
+from replay.commands import fail
 from replay.errors import ReplayError
 
 
@@ -51,8 +52,7 @@ def capture(
     except ReplayError as e:
         for n in notices:
             typer.echo(f"note: {n}", err=True)
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        fail(e)
     for n in notices:
         typer.echo(f"note: {n}", err=True)
     src = result.metadata["source"]
@@ -157,8 +157,7 @@ def _run_recipe(name: str, module, values: dict) -> None:
                             backend=backend.value, on_start=started, **values)
     except ReplayError as e:
         show_notices()
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        fail(e)
     except KeyboardInterrupt:
         show_notices()
         typer.echo("interrupted: no trace was written; everything the recipe set up was removed", err=True)

@@ -1,9 +1,9 @@
 """`replay compare RESULTS...`: the same trace or bench test on several targets, side by side."""
-import json
 from typing import Annotated, Optional
 
 import typer
 
+from replay.commands import emit, fail
 from replay.errors import ReplayError
 
 
@@ -24,9 +24,5 @@ def compare(
     try:
         result = run_compare(results, labels=label or None, force=force)
     except ReplayError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
-    if json_out:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
-    else:
-        typer.echo(result.format_table())
+        fail(e)
+    emit(result, json_out)

@@ -7,6 +7,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
+from replay.commands import fail
 from replay.errors import ReplayError
 
 
@@ -88,8 +89,7 @@ def import_(
                                  command=command, progress=progress)
     except ReplayError as e:
         progress.close()
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        fail(e)
     finally:
         progress.close()
     typer.echo(f"imported {rows} I/Os into {out}")
@@ -110,6 +110,5 @@ def export(
     try:
         out = export_trace(trace, format.value, output)
     except ReplayError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        fail(e)
     typer.echo(f"exported {trace} as {format.value} to {out}")

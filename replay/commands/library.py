@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 
+from replay.commands import fail
 from replay.errors import ReplayError, TraceFormatError
 
 app = typer.Typer(
@@ -19,11 +20,6 @@ def _open(name: str):
     from traces.trace import open_trace
 
     return open_trace(library.resolve(name))
-
-
-def _fail(e: Exception):
-    typer.echo(f"error: {e}", err=True)
-    raise typer.Exit(2)
 
 
 def _source(metadata: dict) -> str:
@@ -49,7 +45,7 @@ def ls(
     paths = [library.library_dir() / f"{n}{library.SUFFIX}" for n in library.available()]
     if directory is not None:
         if not directory.is_dir():
-            _fail(ReplayError(f"{directory}: no such directory"))
+            fail(ReplayError(f"{directory}: no such directory"))
         paths += sorted(p for p in directory.glob(f"*{library.SUFFIX}") if p.is_file())
     typer.echo(f"{'name':<20} {'I/Os':>10} {'duration':>10} {'read% n/B':>10}  {'sizes':<22} {'span':>9}  source")
     for path in paths:
@@ -83,7 +79,7 @@ def show(
         trace = _open(name)
         c = characterise(trace)
     except ReplayError as e:
-        _fail(e)
+        fail(e)
     if json_out:
         typer.echo(json.dumps({"path": str(trace.path), "rows": trace.num_rows,
                                "metadata": trace.metadata, "characterisation": c.to_dict()}, indent=2))
@@ -137,7 +133,7 @@ def verify(
     try:
         path = library.resolve(name)
     except ReplayError as e:
-        _fail(e)
+        fail(e)
     from traces.trace import open_trace
 
     try:

@@ -4,6 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from replay.commands import fail
 from replay.errors import ReplayError
 
 
@@ -22,11 +23,9 @@ def report(
     from analysis.report import build_report
 
     if window_ms is not None and window_ms <= 0:
-        typer.echo("error: --window-ms must be a positive number of milliseconds", err=True)
-        raise typer.Exit(2)
+        fail("--window-ms must be a positive number of milliseconds")
     try:
         path = build_report(results, output, labels=label, bin_ns=int(window_ms * 1e6) if window_ms else None)
     except ReplayError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        fail(e)
     typer.echo(f"report: {path} (plots in {path.with_name(path.stem + '_files')})")

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from replay.commands import fail
 from replay.errors import ReplayError
 
 
@@ -84,8 +85,7 @@ def run(
         progress.close()
         for n in notices:
             typer.echo(f"note: {n}", err=True)
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        fail(e)
     finally:
         progress.close()
     for n in notices:

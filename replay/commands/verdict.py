@@ -1,10 +1,10 @@
 """`replay verdict`: does drive B's synthetic advantage over drive A show up in real use?"""
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from replay.commands import emit, fail
 from replay.errors import ReplayError
 
 
@@ -29,9 +29,5 @@ def verdict(
     try:
         result = make_verdict(synthetic_a, synthetic_b, traces_a, traces_b, label_a, label_b)
     except ReplayError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
-    if json_out:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
-    else:
-        typer.echo(result.format_table())
+        fail(e)
+    emit(result, json_out)
