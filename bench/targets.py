@@ -31,9 +31,11 @@ def prewrite(path: str, span: int, compress_pct: int = 0) -> None:
 
 
 @contextlib.contextmanager
-def loop_device(size: int = 2 * GIB, span: int = GIB, directory: str = "/var/tmp"):
+def loop_device(size: int = 2 * GIB, span: int = GIB, directory: str = "/var/tmp",
+                buffered_ok: bool = False):
     """A loop device with --direct-io=on over a sparse `size`-byte file in `directory` (on the
-    local disk; not tmpfs, which refuses direct I/O to the backing file), written over `span`."""
+    local disk by default), written over `span`. With `buffered_ok`, a file system that
+    refuses direct I/O to the backing file (tmpfs before Linux 6.6) gets buffered I/O."""
     fd, backing = tempfile.mkstemp(prefix="tracereplay-bench-", suffix=".img", dir=directory)
     os.close(fd)
     dev = None
@@ -41,13 +43,17 @@ def loop_device(size: int = 2 * GIB, span: int = GIB, directory: str = "/var/tmp
         os.truncate(backing, size)
         prewrite(backing, span)
         os.sync()
-        dev = _run("losetup", "--find", "--show", "--direct-io=on", backing)
+        try:
+            dev = _run("losetup", "--find", "--show", "--direct-io=on", backing)
+        except subprocess.CalledProcessError:
+            if not buffered_ok:
+                raise
+            dev = _run("losetup", "--find", "--show", backing)
         yield dev
     finally:
         if dev:
             subprocess.run(["losetup", "-d", dev], check=False)
         Path(backing).unlink(missing_ok=True)
-
 
 @contextlib.contextmanager
 def zram_device(size: int = 2 * GIB, span: int = GIB, compress_pct: int = 50):
@@ -93,28 +99,13 @@ def target(kind: str, size: int = 2 * GIB, span: int = GIB):
 SHM = "/dev/shm"
 
 
-@contextlib.contextmanager
 def shm_loop_device(size: int = 2 * GIB, span: int = GIB, directory: str = SHM):
     """The "fast drive": a loop device over a file in /dev/shm (memory), written over `span`.
 
     Direct I/O to the backing file where tmpfs accepts it (kernels >= 6.6), buffered otherwise;
     either way every block it serves is in RAM, so only the loop driver's cost is left.
     """
-    fd, backing = tempfile.mkstemp(prefix="tracereplay-fast-", suffix=".img", dir=directory)
-    os.close(fd)
-    dev = None
-    try:
-        os.truncate(backing, size)
-        prewrite(backing, span)
-        try:
-            dev = _run("losetup", "--find", "--show", "--direct-io=on", backing)
-        except subprocess.CalledProcessError:
-            dev = _run("losetup", "--find", "--show", backing)
-        yield dev
-    finally:
-        if dev:
-            subprocess.run(["losetup", "-d", dev], check=False)
-        Path(backing).unlink(missing_ok=True)
+    return loop_device(size, span, directory, buffered_ok=True)
 
 
 def _cgroup_mounts() -> tuple[str | None, str | None]:
