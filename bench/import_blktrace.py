@@ -65,6 +65,7 @@ def split_per_cpu(path: Path, prefix: Path, cpus=2):
 
 _WORKER = r"""
 import json, sys, time
+from traces.convert import without_gc
 from traces.formats import blktrace
 def hwm_kib():
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent process.
@@ -78,10 +79,11 @@ for warm in ([sys.argv[-1] + ".warm"], [sys.argv[-1] + "-cpu"]):
         pass
 before = hwm_kib()
 t0 = time.perf_counter()
-metadata, chunks = blktrace.read(paths[:-1], {})
-rows = 0
-for chunk in chunks:
-    rows += len(chunk["ts_ns"])
+with without_gc():  # as `replay import` reads
+    metadata, chunks = blktrace.read(paths[:-1], {})
+    rows = 0
+    for chunk in chunks:
+        rows += len(chunk["ts_ns"])
 wall = time.perf_counter() - t0
 print(json.dumps({"wall_s": wall, "rows": rows, "records": metadata["source"]["records"],
                   "unmatched_ios": metadata["source"]["unmatched_ios"],

@@ -4,14 +4,11 @@ Reads per-CPU files as blktrace writes them (`dev.blktrace.N`, merged by time) o
 stream (`blkparse -d`), either byte order; writes one merged little-endian stream that
 blkparse, btrecord and btreplay read. REFERENCE.md sections 4 and 7 describe the records.
 """
-import gc
 import glob
 import itertools
 import os
-import queue
 import re
 import secrets
-import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from replay.errors import TraceFormatError
+from traces import convert
 from traces.formats.inputs import open_input
 from traces.schema import Flag, Op
 
@@ -754,10 +752,13 @@ class _Matcher:
 def _prime(metadata, chunks):
     """Compute the first chunk now, so input errors and metadata come from read() itself."""
     first = next(chunks, None)
-    # The first chunk loaded every Numba kernel: Numba's many long-lived objects are made.
-    # Frozen, they leave the collector's full passes, which took 5-20 % of an import.
-    gc.freeze()
     return metadata, (chunks if first is None else itertools.chain([first], chunks))
+
+
+# Blocks made ahead: a matching window's worth and two more. With two, the decoder stopped
+# while a window was matched and the matcher waited while the next one was decoded: one
+# stream went from 19.5-21.9 to 25.6-27.3 M records/s, per-CPU files from 11.6-15.1 to 16-28.
+_PREFETCH_BLOCKS = 2 + _WINDOW_RECORDS * HEADER_BYTES // _BLOCK_BYTES
 
 
 def read(paths, options=None):
@@ -774,54 +775,11 @@ def read(paths, options=None):
         "source": {"kind": f"import:{NAME}", "files": [str(f) for f in files], "event": event},
     }
     matcher = _Matcher(files[0], event, metadata)
-    return _prime(metadata, matcher.chunks(_prefetched(_merged_blocks(files))))
+    # Reading, decoding and merging (a thread) overlap the matching: both release the GIL.
+    blocks = convert.prefetch(_merged_blocks(files), _PREFETCH_BLOCKS)
+    return _prime(metadata, matcher.chunks(iter(blocks)))
 
 
-# Blocks made ahead: a matching window's worth and two more. With two, the decoder stopped
-# while a window was matched and the matcher waited while the next one was decoded: one
-# stream went from 19.5-21.9 to 25.6-27.3 M records/s, per-CPU files from 11.6-15.1 to 16-28.
-_PREFETCH_BLOCKS = 2 + _WINDOW_RECORDS * HEADER_BYTES // _BLOCK_BYTES
-
-
-def _prefetched(blocks, depth: int = _PREFETCH_BLOCKS):
-    """`blocks`, made ahead in a second thread: reading, decoding and merging overlap the
-    matching, as both run in Numba and NumPy code that releases the GIL. The producer's
-    errors are raised here, and it stops when this generator is closed."""
-    ready = queue.Queue(depth)
-    stop = threading.Event()
-    end = object()
-
-    def offer(item) -> bool:
-        while not stop.is_set():
-            try:
-                ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                pass
-        return False
-
-    def produce():
-        try:
-            for block in blocks:
-                if not offer((block, None)):
-                    return
-            offer((end, None))
-        except BaseException as e:  # handed to the consumer, which raises it
-            offer((end, e))
-
-    thread = threading.Thread(target=produce, name="blktrace-decode", daemon=True)
-    thread.start()
-    try:
-        while True:
-            block, error = ready.get()
-            if error is not None:
-                raise error
-            if block is end:
-                return
-            yield block
-    finally:
-        stop.set()
-        thread.join()
 
 
 # ---------------------------------------------------------------- export
