@@ -105,6 +105,7 @@ def _worker(argv):
         "process_cpu_s": (cpu1 - cpu0 - sampler.own_ns) / 1e9,  # the sampler's own CPU taken out
         "process_user_s": t1.user - t0.user,
         "process_sys_s": t1.system - t0.system,
+        "engine": out.engine,
         "engine_cpu_s": out.engine_cpu_s,  # the engine thread alone, as it measured itself
         "iowq_cpu_s": (cpu1 - cpu0 - live_ns) / 1e9 - out.engine_cpu_s,  # io_uring's workers
         "threads_cpu_s": _by_name(sampler.last, threads0),  # with --threads: per thread name

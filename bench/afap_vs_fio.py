@@ -2,8 +2,10 @@
 QD1 and QD32 on a direct-I/O loop device and on /dev/zram0, the same I/O count for both tools.
 
 Ours: a pre-generated trace of random 4 KiB-aligned offsets over the span, replayed with
-replay(..., RunOptions(afap=True, qd=N, engine="io_uring", destroy_data=True)) in a fresh
-process. fio: --ioengine=io_uring --direct=1 --bs=4k --rw=randread|randrw --rwmixread=70
+replay(..., RunOptions(afap=True, qd=N, destroy_data=True)) in a fresh process, with the
+default engine as a user gets it: io_uring on the loop device; on zram, whose driver runs each
+I/O on the submitting CPU, the psync engine the runner picks instead (the "engine" column
+says which ran). fio: --ioengine=io_uring --direct=1 --bs=4k --rw=randread|randrw --rwmixread=70
 --iodepth=N --numjobs=1 --io_size=<same count x 4 KiB> --norandommap.
 
 How to read it: each row is one (target, workload, QD); runs alternate ours/fio, and the
@@ -13,7 +15,7 @@ shared machines one pair can differ by 30 % either way). IOPS ratio > 1 means we
 CPU/IO is microseconds of CPU per I/O:
 "eng" is our engine thread alone vs fio's job thread (fio's usr_cpu + sys_cpu x runtime,
 which fio takes with RUSAGE_THREAD, so neither includes io_uring's io-wq worker threads, which
-serve every I/O on zram and on loop devices here); "proc" is our whole replay() call (Parquet scan and read, results file and
+serve fio's I/O on zram, nor our psync I/O threads); "proc" is our whole replay() call (Parquet scan and read, results file and
 summary written, on other threads) vs fio's whole process tree (rusage). A CPU ratio < 1
 means we use less. Our IOPS window is the engine's: first intended/issue time to the last
 completion (the trace scan before the first I/O and the results file close after are outside
@@ -75,19 +77,19 @@ def main():
                         print(f"  {kind} {wl} QD{qd}: ours {row['ours_iops']:,.0f} IOPS, fio {row['fio_iops']:,.0f}, "
                               f"ratio {row['iops_ratio']:.2f}", flush=True)
 
-    headers = ["target", "workload", "QD", "I/Os", "ours IOPS", "fio IOPS", "IOPS ratio", "range", "goal",
+    headers = ["target", "workload", "QD", "I/Os", "engine", "ours IOPS", "fio IOPS", "IOPS ratio", "range", "goal",
                "ours eng us/IO", "fio job us/IO", "eng/job", "ours proc us/IO", "fio proc us/IO", "proc ratio"]
     rows = []
     for r in results:
         goal = ">=1.2" if (r["target"] == "zram" and r["qd"] == 32) else ">=1.0"
         met = r["iops_ratio"] >= float(goal[2:])
-        rows.append([r["target"], r["workload"], r["qd"], r["ios"], r["ours_iops"], r["fio_iops"],
+        rows.append([r["target"], r["workload"], r["qd"], r["ios"], r["ours_engine"], r["ours_iops"], r["fio_iops"],
                      r["iops_ratio"], f"{min(r['iops_ratios']):.2f}-{max(r['iops_ratios']):.2f}",
                      goal + (" ok" if met else " MISS"),
                      r["ours_engine_us"], r["fio_job_us"], r["cpu_engine_ratio"],
                      r["ours_process_us"], r["fio_process_us"], r["cpu_process_ratio"]])
     print()
-    print(f"AFAP, 4 KiB, io_uring, O_DIRECT; medians of {reps} alternating repetitions; "
+    print(f"AFAP, 4 KiB, O_DIRECT, fio with io_uring; medians of {reps} alternating repetitions; "
           "ratios are ours/fio (CPU goal: ratio <= 1)")
     print(table(headers, rows))
     write_json(a.json, {"machine": machine(), "reps": reps, "span": span, "rows": results})
@@ -100,6 +102,7 @@ def summarise(kind, wl, qd, n, runs):
     us = lambda cpu, ios: cpu / ios * 1e6
     return {
         "target": kind, "workload": wl, "qd": qd, "ios": n,
+        "ours_engine": "/".join(sorted({x["engine"] for x in o})),
         "ours_iops": med(x["iops"] for x in o), "fio_iops": med(x["iops"] for x in f),
         "iops_ratio": med(x["ours"]["iops"] / x["fio"]["iops"] for x in runs),
         "iops_ratios": [x["ours"]["iops"] / x["fio"]["iops"] for x in runs],

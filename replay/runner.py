@@ -63,6 +63,7 @@ class RunOutcome:
     notices: list[str] = field(default_factory=list)
     time_limited: bool = False  # stopped at options.time_limit_s
     engine_cpu_s: float = 0.0  # CPU of the engine threads (not the kernel's I/O workers)
+    engine: str | None = None  # what ran it: not the one asked for after a fallback (notices say why)
 
 
 @dataclass
@@ -278,14 +279,20 @@ def _null_target(size: int) -> Target:
 def _start_engines(target: Target, options: RunOptions, writable: bool, max_length: int, notices):
     """Running Replayers, one per worker, plus the engine and O_DIRECT setting they use.
 
-    The first one settles the engine: psync where io_uring is refused, buffered I/O where the
-    target refuses O_DIRECT (each said in a notice). Several workers share one start time.
+    The first one settles the engine: psync where io_uring is refused or where the target's
+    driver runs I/O on the submitting CPU, buffered I/O where the target refuses O_DIRECT
+    (each said in a notice). Several workers share one start time.
     """
     from replay import _engine
 
     depth = options.qd if options.afap else options.max_inflight
     start_ns = time.monotonic_ns() + 100_000_000 if options.workers > 1 else None
     engine, direct = options.engine, True
+    if engine == "io_uring" and target.sync_driver:
+        notices.append(f"{target.path}'s driver runs each I/O on the CPU that submits it, which "
+                       "io_uring would hand to a kernel worker thread: using the psync engine, "
+                       "with one thread per CPU running the I/Os")
+        engine = "psync"
     reps = []
     while len(reps) < options.workers:
         try:
@@ -297,7 +304,7 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
                 # mounted for the whole run. The others discard with fallocate(PUNCH_HOLE),
                 # which block devices also accept.
                 writable=writable, direct=direct, is_block=target.kind == "block" and not reps,
-                bio_based=target.bio_based,
+                sync_driver=target.sync_driver,
                 max_length=max_length, data=options.data, start_ns=start_ns,
             ))
         except OSError as e:
@@ -455,17 +462,13 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     interrupted = interrupted or (not time_up and any(s["interrupted"] for s in stats))
     if aligned:
         notices.append(f"aligned {aligned} I/Os to the target's {tgt.logical_block_size}-byte blocks")
-    spread = any(s["spread_over_workers"] for s in stats)
     engine_cpu_s = sum(s["cpu_ns"] for s in stats) / 1e9
-    if spread:
-        notices.append(f"io_uring served {tgt.path} from kernel worker threads (its driver "
-                       "cannot take I/O without blocking); up to one per CPU ran at once")
     path = writer.close({"interrupted": interrupted, "rows_done": merger.done,
                          "time_limited": time_up, "trace": source.describe(merger.done),
-                         "aligned_ios": aligned, "spread_over_workers": spread,
+                         "aligned_ios": aligned,
                          "engine_cpu_s": engine_cpu_s,
                          "summary": summary.to_dict()})
-    return RunOutcome(path, summary, interrupted, tgt, merger.done, notices, time_up, engine_cpu_s)
+    return RunOutcome(path, summary, interrupted, tgt, merger.done, notices, time_up, engine_cpu_s, engine)
 
 
 class _Merger:

@@ -44,9 +44,11 @@ class Target:
     rotational: bool | None = None
     dev: str | None = None
     backing_file: str | None = None  # loop devices only
-    # A block device whose driver takes bios directly, without blk-mq, and is not
-    # device-mapper or md (zram, brd): io_uring may have to run all its I/O on worker threads.
-    bio_based: bool = False
+    # A block device whose driver runs each I/O on the CPU that submits it (zram, brd, pmem):
+    # it takes bios directly (no blk-mq), is not device-mapper or md, and sits on no other
+    # device. io_uring cannot issue such I/O without blocking, so it would hand every one to
+    # a kernel worker thread; the runner uses the psync engine instead.
+    sync_driver: bool = False
 
 
 def _read(path: Path) -> str | None:
@@ -116,13 +118,14 @@ def inspect_target(path: str) -> Target:
     dev = _dev_of(st)
     node = _sysfs(dev)
     model = rotational = backing = None
-    bio_based = False
+    sync_driver = False
     if node is not None:
         disk = _disk_of(node)
         backing = _read(disk / "loop/backing_file")
         model = _read(disk / "device/model") or (os.path.basename(backing) if backing else None)
         rotational = _read(disk / "queue/rotational")
-        bio_based = not any((disk / sub).exists() for sub in ("mq", "dm", "md"))
+        stacked = any((disk / "slaves").iterdir()) if (disk / "slaves").is_dir() else False
+        sync_driver = not stacked and not any((disk / sub).exists() for sub in ("mq", "dm", "md"))
     return Target(
         path=os.path.realpath(path),
         kind="block",
@@ -133,7 +136,7 @@ def inspect_target(path: str) -> Target:
         rotational=None if rotational is None else rotational == "1",
         dev=dev,
         backing_file=backing,
-        bio_based=bio_based,
+        sync_driver=sync_driver,
     )
 
 

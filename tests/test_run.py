@@ -530,31 +530,38 @@ def test_ctrl_c_saves_the_rows_done_and_exits_130(tmp_path):
     np.testing.assert_array_equal(cols["result"], 4096)
 
 
-# ---- I/O that io_uring runs on worker threads ----------------------------------------------
+# ---- a driver that runs I/O on the submitting CPU ------------------------------------------
 
 
-def _random_reads(path, n, span, seed=3):
+def _random_ios(path, n, span, read_share=1.0, gap_ns=1, seed=3):
+    """`n` 4 KiB I/Os at random offsets below `span`, `gap_ns` apart; reads with probability
+    `read_share`, else writes."""
     rng = np.random.default_rng(seed)
     offsets = rng.integers(0, span // (4 * KIB), n) * 4 * KIB
-    return make_trace(path, [(i, R, int(o), 4 * KIB) for i, o in enumerate(offsets)])
+    ops = np.where(rng.random(n) < read_share, R, W)
+    return make_trace(path, [(i * gap_ns, int(op), int(o), 4 * KIB) for i, (op, o) in enumerate(zip(ops, offsets))])
 
 
 @marks(uring, on_loop)
-def test_io_on_a_driver_that_blocks_is_spread_over_worker_threads(tmp_path, zram, loop_device):
-    trace = _random_reads(tmp_path / "reads.parquet", 5000, 16 * MIB)
-    on_zram = replay(trace, zram, RunOptions(afap=True, qd=32), output=tmp_path / "zram.parquet")
+@pytest.mark.parametrize("afap", [True, False])
+def test_a_driver_that_runs_io_on_the_submitting_cpu_gets_psync_threads(tmp_path, zram, loop_device, afap):
+    # zram does each I/O inside the submitting call, which io_uring cannot make without
+    # blocking: it would hand every one to a kernel worker thread.
+    trace = _random_ios(tmp_path / "mix.parquet", 5000, 16 * MIB, read_share=0.7, gap_ns=20_000)
+    opts = RunOptions(afap=afap, qd=32, speed=20.0, destroy_data=True)
+    on_zram = replay(trace, zram, opts, output=tmp_path / "zram.parquet")
     cols, meta = results(on_zram)
-    assert meta["target"]["bio_based"] is True and meta["spread_over_workers"] is True
+    assert meta["target"]["sync_driver"] is True and meta["run"]["engine"] == on_zram.engine == "psync"
+    assert any("runs each I/O on the CPU that submits it" in n for n in on_zram.notices)
     assert 0 < on_zram.engine_cpu_s == meta["engine_cpu_s"]  # the engine thread's own CPU
-    assert any("kernel worker threads" in n for n in on_zram.notices)
-    assert np.all(cols["result"] == 4 * KIB)
-    # A blk-mq device takes the I/O from the engine thread itself: nothing to spread.
-    on_loop_device = replay(trace, loop_device(16 * MIB), RunOptions(afap=True, qd=32),
-                            output=tmp_path / "loop.parquet")
+    np.testing.assert_array_equal(cols["result"], 4 * KIB)
+    assert np.all(cols["intended_ns"] <= cols["issue_ns"]) and np.all(cols["issue_ns"] < cols["complete_ns"])
+    # A blk-mq device takes the I/O from the engine thread through io_uring.
+    on_loop_device = replay(trace, loop_device(16 * MIB), opts, output=tmp_path / "loop.parquet")
     cols, meta = results(on_loop_device)
-    assert meta["target"]["bio_based"] is False and meta["spread_over_workers"] is False
-    assert not any("worker threads" in n for n in on_loop_device.notices)
-    assert np.all(cols["result"] == 4 * KIB)
+    assert meta["target"]["sync_driver"] is False and meta["run"]["engine"] == on_loop_device.engine == "io_uring"
+    assert not any("CPU that submits it" in n for n in on_loop_device.notices)
+    np.testing.assert_array_equal(cols["result"], 4 * KIB)
 
 
 # ---- a small trace is replayed from memory -------------------------------------------------
@@ -563,7 +570,7 @@ def test_io_on_a_driver_that_blocks_is_spread_over_worker_threads(tmp_path, zram
 def test_a_small_trace_replays_from_memory_as_from_the_file(tmp_path, monkeypatch):
     from replay import runner
 
-    trace = _random_reads(tmp_path / "reads.parquet", 3000, 64 * MIB)
+    trace = _random_ios(tmp_path / "reads.parquet", 3000, 64 * MIB)
     cached = runner.TraceSource(trace, rows=256)
     monkeypatch.setattr(runner, "CACHE_BYTES", 3000 * 25 - 1)  # one byte short of the columns
     streamed = runner.TraceSource(trace, rows=256)

@@ -50,8 +50,4 @@ pub trait Engine: Send {
     /// Submit what was staged, wait as asked, and report every completion seen as
     /// (token, result: bytes or -errno, completion time in ns). Returns the number reaped.
     fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(u64, i64, i64)) -> io::Result<usize>;
-    /// Whether I/O that the kernel ran on worker threads was spread over several of them.
-    fn spread_over_workers(&self) -> bool {
-        false
-    }
 }

@@ -1,10 +1,20 @@
-//! The psync engine: a pool of threads doing pread/pwrite, for where io_uring is refused
-//! (Docker's default seccomp profile answers EPERM). Each thread times its own syscall's end.
+//! The psync engine: threads doing pread/pwrite. Two uses:
+//! - where io_uring is refused (Docker's default seccomp profile answers EPERM): one thread
+//!   per I/O in flight, so the device sees the whole queue depth;
+//! - for a driver that does each I/O on the CPU of the thread that submits it (zram, brd):
+//!   io_uring cannot issue such I/O without blocking, so it would hand each one to a kernel
+//!   worker thread and its completion back; here one thread per CPU runs them, the engine
+//!   thread among them whenever it would otherwise wait (`inline`).
+//!
+//! Either way an I/O queued but not yet picked up by a thread counts as in flight, as it does
+//! in io_uring's worker queue: its latency includes the wait. Each thread times its own
+//! syscall's end.
 
+use std::collections::VecDeque;
 use std::io;
+use std::mem;
 use std::os::fd::RawFd;
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -14,37 +24,131 @@ use crate::clock::now_ns;
 /// BLKDISCARD = _IO(0x12, 119): discard a byte range [start, start + len) of a block device.
 const BLKDISCARD: libc::c_ulong = (0x12 << 8) | 119;
 
+type Completion = (u64, i64, i64);
+
+#[derive(Default)]
+struct Jobs {
+    queue: VecDeque<Io>,
+    /// Threads asleep waiting for a job.
+    idle: usize,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Done {
+    list: Vec<Completion>,
+    /// The engine thread is asleep waiting for a completion.
+    waiting: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    jobs: Mutex<Jobs>,
+    work: Condvar,
+    done: Mutex<Done>,
+    finished: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn next_job(&self) -> Option<Io> {
+        let mut jobs = lock(&self.jobs);
+        loop {
+            if let Some(io) = jobs.queue.pop_front() {
+                return Some(io);
+            }
+            if jobs.closed {
+                return None;
+            }
+            jobs.idle += 1;
+            jobs = self.work.wait(jobs).unwrap_or_else(|e| e.into_inner());
+            jobs.idle -= 1;
+        }
+    }
+
+    fn complete(&self, c: Completion) {
+        let mut done = lock(&self.done);
+        done.list.push(c);
+        if done.waiting {
+            self.finished.notify_one();
+        }
+    }
+}
+
 pub struct PsyncEngine {
-    jobs: Option<SyncSender<Io>>,
-    done: Receiver<(u64, i64, i64)>,
+    fd: RawFd,
+    is_block: bool,
+    inline: bool,
+    shared: Arc<Shared>,
     staged: Vec<Io>,
+    /// Swapped with `Done::list` to take completions out without holding its lock.
+    reaped: Vec<Completion>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl PsyncEngine {
-    /// `depth` threads, so every I/O in flight has a thread of its own.
-    pub fn new(fd: RawFd, depth: usize, is_block: bool) -> io::Result<Self> {
-        let (jobs_tx, jobs_rx) = sync_channel::<Io>(depth);
-        let (done_tx, done_rx) = sync_channel(depth);
-        let jobs_rx = Arc::new(Mutex::new(jobs_rx));
-        let threads = (0..depth)
-            .map(|i| {
-                let jobs = Arc::clone(&jobs_rx);
-                let done = done_tx.clone();
-                std::thread::Builder::new().name(format!("psync-{i}")).spawn(move || {
-                    crate::clock::block_termination_signals();
-                    loop {
-                        let job = jobs.lock().map(|rx| rx.recv());
-                        let Ok(Ok(io)) = job else { break };
-                        let result = perform(fd, &io, is_block);
-                        if done.send((io.token, result, now_ns())).is_err() {
-                            break;
-                        }
-                    }
-                })
-            })
-            .collect::<io::Result<Vec<_>>>()?;
-        Ok(Self { jobs: Some(jobs_tx), done: done_rx, staged: Vec::with_capacity(depth), threads })
+    /// `threads` I/O threads; with `inline`, the engine thread also runs queued I/Os while it
+    /// waits for a completion.
+    pub fn new(fd: RawFd, threads: usize, inline: bool, is_block: bool) -> io::Result<Self> {
+        let shared = Arc::new(Shared::default());
+        let mut engine = Self {
+            fd,
+            is_block,
+            inline,
+            shared: Arc::clone(&shared),
+            staged: Vec::new(),
+            reaped: Vec::new(),
+            threads: Vec::with_capacity(threads),
+        };
+        for i in 0..threads {
+            let shared = Arc::clone(&shared);
+            let t = std::thread::Builder::new().name(format!("psync-{i}")).spawn(move || {
+                crate::clock::block_termination_signals();
+                while let Some(io) = shared.next_job() {
+                    let result = perform(fd, &io, is_block);
+                    shared.complete((io.token, result, now_ns()));
+                }
+            })?;
+            engine.threads.push(t); // on an error here, dropping `engine` ends the others
+        }
+        Ok(engine)
+    }
+
+    /// Hands the staged I/Os to the threads, waking an idle one per queued I/O; with
+    /// `run_one`, first takes the oldest back for the engine thread to run.
+    fn submit(&mut self, run_one: bool) -> Option<Io> {
+        let mut jobs = lock(&self.shared.jobs);
+        jobs.queue.extend(self.staged.drain(..));
+        let mine = if run_one { jobs.queue.pop_front() } else { None };
+        let wake = jobs.idle.min(jobs.queue.len());
+        drop(jobs);
+        for _ in 0..wake {
+            self.shared.work.notify_one();
+        }
+        mine
+    }
+
+    /// Waits for completions as `wait` asks, and moves them to `reaped`.
+    fn take(&mut self, wait: Wait) {
+        let mut done = lock(&self.shared.done);
+        while done.list.is_empty() {
+            let left = match wait {
+                Wait::No => break,
+                Wait::One => None,
+                Wait::Until(t) if t <= now_ns() => break,
+                Wait::Until(t) => Some(Duration::from_nanos((t - now_ns()).max(0) as u64)),
+            };
+            done.waiting = true;
+            done = match left {
+                None => self.shared.finished.wait(done).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => self.shared.finished.wait_timeout(done, d).unwrap_or_else(|e| e.into_inner()).0,
+            };
+            done.waiting = false;
+        }
+        mem::swap(&mut done.list, &mut self.reaped);
     }
 }
 
@@ -86,40 +190,97 @@ impl Engine for PsyncEngine {
     }
 
     fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(u64, i64, i64)) -> io::Result<usize> {
-        let jobs = self.jobs.as_ref().expect("psync engine used after shutdown");
-        for io in self.staged.drain(..) {
-            jobs.send(io).map_err(|_| io::Error::other("psync I/O threads have stopped"))?;
-        }
+        // Rather than sleep until a thread finishes an I/O, the engine thread runs one itself
+        // (never while it spins towards a deadline: that is Wait::No).
         let mut n = 0;
-        let first = match wait {
-            Wait::No => self.done.try_recv().map_err(|e| e == TryRecvError::Disconnected),
-            Wait::One => self.done.recv().map_err(|_| true),
-            Wait::Until(t) => {
-                let left = Duration::from_nanos((t - now_ns()).max(0) as u64);
-                self.done.recv_timeout(left).map_err(|e| e == RecvTimeoutError::Disconnected)
-            }
-        };
-        match first {
-            Ok((token, result, at)) => {
-                done(token, result, at);
-                n += 1;
-            }
-            Err(true) => return Err(io::Error::other("psync I/O threads have stopped")),
-            Err(false) => return Ok(0),
-        }
-        while let Ok((token, result, at)) = self.done.try_recv() {
-            done(token, result, at);
+        if let Some(io) = self.submit(self.inline && wait != Wait::No) {
+            let result = perform(self.fd, &io, self.is_block);
+            done(io.token, result, now_ns());
             n += 1;
+            self.take(Wait::No);
+        } else {
+            self.take(wait);
         }
+        n += self.reaped.len();
+        self.reaped.drain(..).for_each(|(token, result, at)| done(token, result, at));
         Ok(n)
     }
 }
 
 impl Drop for PsyncEngine {
     fn drop(&mut self) {
-        self.jobs = None; // threads see the channel close and end
+        lock(&self.shared.jobs).closed = true; // threads finish the queue, then end
+        self.shared.work.notify_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    /// Reads every 4 KiB block of a file in a shuffled order, QD `depth`, and checks that
+    /// each I/O completes once, with its block's bytes, however the threads share the work.
+    fn reads_come_back_once_with_their_data(threads: usize, inline: bool, wait: Wait) {
+        const BLOCKS: usize = 500;
+        let mut file = tempfile();
+        let data: Vec<u8> = (0..BLOCKS * 4096).map(|i| (i / 4096 * 7 + i % 251) as u8).collect();
+        file.write_all(&data).unwrap();
+        let mut bufs = vec![0u8; BLOCKS * 4096];
+        let mut engine = PsyncEngine::new(file.as_raw_fd(), threads, inline, false).unwrap();
+        let order: Vec<usize> = (0..BLOCKS).map(|i| i * 193 % BLOCKS).collect();
+        let (depth, mut next, mut inflight) = (16, 0, 0);
+        let mut seen: HashMap<u64, i64> = HashMap::new();
+        while seen.len() < BLOCKS {
+            while inflight < depth && next < BLOCKS {
+                let block = order[next];
+                let buf = bufs[block * 4096..].as_mut_ptr();
+                let io = Io { token: block as u64, op: OP_READ, fua: false, offset: (block * 4096) as u64, len: 4096, buf };
+                engine.queue(io);
+                next += 1;
+                inflight += 1;
+            }
+            let wait = match wait {
+                Wait::Until(_) => Wait::Until(now_ns() + 1_000_000),
+                w => w,
+            };
+            let n = engine
+                .enter(wait, &mut |token, result, at| {
+                    assert!(at > 0);
+                    assert!(seen.insert(token, result).is_none(), "I/O {token} completed twice");
+                })
+                .unwrap();
+            inflight -= n;
+        }
+        assert!(seen.values().all(|&r| r == 4096));
+        drop(engine);
+        assert!(bufs == data);
+    }
+
+    fn tempfile() -> std::fs::File {
+        let path = std::env::temp_dir().join(format!("psync-test-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        file
+    }
+
+    #[test]
+    fn a_thread_per_io_in_flight() {
+        reads_come_back_once_with_their_data(16, false, Wait::One);
+        reads_come_back_once_with_their_data(16, false, Wait::No);
+    }
+
+    #[test]
+    fn the_engine_thread_runs_ios_while_it_waits() {
+        for threads in [1, 3] {
+            reads_come_back_once_with_their_data(threads, true, Wait::One);
+            reads_come_back_once_with_their_data(threads, true, Wait::Until(0));
+            reads_come_back_once_with_their_data(threads, true, Wait::No);
         }
     }
 }

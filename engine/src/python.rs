@@ -69,12 +69,13 @@ fn open_target(path: &str, writable: bool, direct: bool, is_block: bool) -> io::
 #[pymethods]
 impl Replayer {
     /// engine: "io_uring", "psync" or "null"; depth: the most I/Os in flight (--qd in afap,
-    /// --max-inflight in original mode); bio_based: a block device without blk-mq (and not
-    /// dm or md), see `UringEngine::new`; max_length: the largest I/O in the trace, in bytes;
+    /// --max-inflight in original mode); sync_driver: a block device whose driver runs each
+    /// I/O on the submitting CPU (zram, brd), which the psync engine then runs on one thread
+    /// per CPU, the engine thread included (see psync.rs); max_length: the largest I/O in the trace, in bytes;
     /// start_ns: the run's start on the monotonic clock, for runs that must share one.
     #[new]
     #[pyo3(signature = (target=None, *, engine="io_uring", afap=false, speed=1.0, depth=256,
-                        writable=false, direct=true, is_block=false, bio_based=false, max_length=1<<20,
+                        writable=false, direct=true, is_block=false, sync_driver=false, max_length=1<<20,
                         data="random", queue_chunks=4, start_ns=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -86,7 +87,7 @@ impl Replayer {
         writable: bool,
         direct: bool,
         is_block: bool,
-        bio_based: bool,
+        sync_driver: bool,
         max_length: usize,
         data: &str,
         queue_chunks: usize,
@@ -111,8 +112,17 @@ impl Replayer {
         let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
         let eng: Box<dyn Engine> = match engine {
             "null" => Box::new(NullEngine::new(depth)),
-            "psync" => Box::new(PsyncEngine::new(fd, depth, is_block).map_err(|e| setup_error("cannot start the psync threads", e))?),
-            "io_uring" => Box::new(UringEngine::new(fd, depth, &bufs, is_block, bio_based).map_err(|e| setup_error("cannot set up io_uring", e))?),
+            "psync" => {
+                let (threads, inline) = if sync_driver {
+                    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+                    ((cpus - 1).max(1), true)
+                } else {
+                    (depth, false)
+                };
+                let eng = PsyncEngine::new(fd, threads, inline, is_block);
+                Box::new(eng.map_err(|e| setup_error("cannot start the psync threads", e))?)
+            }
+            "io_uring" => Box::new(UringEngine::new(fd, depth, &bufs, is_block).map_err(|e| setup_error("cannot set up io_uring", e))?),
             other => return Err(PyValueError::new_err(format!("unknown engine '{other}': use io_uring, psync or null"))),
         };
         let (in_tx, in_rx) = sync_channel(queue_chunks.max(1));
@@ -238,7 +248,6 @@ impl Replayer {
         d.set_item("start_monotonic_ns", summary.start_ns)?;
         d.set_item("rows_issued", summary.rows_issued)?;
         d.set_item("interrupted", summary.interrupted)?;
-        d.set_item("spread_over_workers", summary.spread)?;
         d.set_item("cpu_ns", summary.cpu_ns)?;
         Ok(d)
     }

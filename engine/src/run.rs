@@ -79,8 +79,6 @@ pub struct Summary {
     pub start_ns: i64,
     pub rows_issued: u64,
     pub interrupted: bool,
-    /// See `Engine::spread_over_workers`.
-    pub spread: bool,
     /// CPU time of the thread that ran the replay (not the kernel's I/O workers).
     pub cpu_ns: i64,
 }
@@ -118,7 +116,6 @@ pub fn run(
             start_ns: now_ns(),
             rows_issued: 0,
             interrupted: stop.load(Ordering::Relaxed),
-            spread: false,
             cpu_ns: thread_cpu_ns(),
         });
     };
@@ -234,7 +231,6 @@ pub fn run(
             start_ns: t0,
             rows_issued,
             interrupted: stopping,
-            spread: engine.spread_over_workers(),
             cpu_ns: thread_cpu_ns(),
         }),
     }

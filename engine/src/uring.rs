@@ -15,18 +15,6 @@ use crate::data::Buffers;
 /// discard of [addr, addr + addr3) on a block device.
 const BLOCK_URING_CMD_DISCARD: u32 = 0x12 << 8;
 
-/// How many completions to wait for before checking who served them.
-const PROBE_COMPLETIONS: usize = 64;
-
-/// Whether this thread's io-wq workers exist, i.e. io_uring handed it I/O to run
-/// (they are named iou-wrk-TID after the thread that submitted).
-fn workers_serve_this_thread() -> bool {
-    // SAFETY: gettid has no preconditions.
-    let name = format!("iou-wrk-{}", unsafe { libc::gettid() });
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return false };
-    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name))
-}
-
 pub struct UringEngine {
     ring: IoUring,
     fixed_buffers: bool,
@@ -34,20 +22,12 @@ pub struct UringEngine {
     staged: usize,
     /// Created disabled: `start` enables it on the thread that will submit.
     disabled: bool,
-    /// Completions left before checking whether io-wq workers serve the I/O (see `spread`).
-    probe: Option<usize>,
-    /// The target's driver takes no I/O without blocking (zram, brd), so io_uring hands
-    /// every I/O to one io-wq worker, which becomes the bottleneck at high rates. Marked
-    /// ASYNC, I/Os may run on several workers at once, capped at one per CPU.
-    spread: bool,
 }
 
 impl UringEngine {
     /// `depth` bounds the I/Os in flight, so an SQ of that size never overflows and a CQ of
     /// twice that never drops completions.
-    /// `bio_based`: a block device without blk-mq (not device-mapper or md), whose I/O may
-    /// all go to io-wq workers; the engine checks after the first completions and spreads it.
-    pub fn new(fd: RawFd, depth: usize, bufs: &Buffers, is_block: bool, bio_based: bool) -> io::Result<Self> {
+    pub fn new(fd: RawFd, depth: usize, bufs: &Buffers, is_block: bool) -> io::Result<Self> {
         let entries = (depth.max(8) as u32).next_power_of_two().min(32768);
         // DEFER_TASKRUN (Linux 6.1+): a completion from an io-wq worker is queued for our next
         // enter instead of being run as task work that interrupts or wakes the engine thread
@@ -74,8 +54,7 @@ impl UringEngine {
         // SAFETY: both buffers live in `Buffers`, which the run keeps alive (and unmoved: they
         // are heap allocations) until after this ring is dropped.
         let fixed_buffers = unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
-        let probe = bio_based.then_some(PROBE_COMPLETIONS);
-        Ok(Self { ring, fixed_buffers, is_block, staged: 0, disabled, probe, spread: false })
+        Ok(Self { ring, fixed_buffers, is_block, staged: 0, disabled })
     }
 
     fn entry(&self, io: &Io) -> squeue::Entry {
@@ -107,8 +86,7 @@ impl UringEngine {
                 .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
                 .build(),
         };
-        let entry = entry.user_data(io.token);
-        if self.spread { entry.flags(squeue::Flags::ASYNC) } else { entry }
+        entry.user_data(io.token)
     }
 }
 
@@ -175,21 +153,7 @@ impl Engine for UringEngine {
             done(cqe.user_data(), cqe.result() as i64, now);
             n += 1;
         }
-        if let Some(left) = self.probe {
-            self.probe = left.checked_sub(n).filter(|&l| l > 0);
-            if self.probe.is_none() && workers_serve_this_thread() {
-                // Both limits: block-device reads count as unbound work on this kernel (a
-                // bounded limit of 2 alone still let 10 workers run on 2 CPUs).
-                let cpus = std::thread::available_parallelism().map_or(1, |c| c.get()) as u32;
-                self.ring.submitter().register_iowq_max_workers(&mut [cpus, cpus])?;
-                self.spread = true;
-            }
-        }
         Ok(n)
-    }
-
-    fn spread_over_workers(&self) -> bool {
-        self.spread
     }
 }
 
