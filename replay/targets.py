@@ -124,7 +124,7 @@ def inspect_target(path: str) -> Target:
         backing = _read(disk / "loop/backing_file")
         model = _read(disk / "device/model") or (os.path.basename(backing) if backing else None)
         rotational = _read(disk / "queue/rotational")
-        stacked = any((disk / "slaves").iterdir()) if (disk / "slaves").is_dir() else False
+        stacked = any((disk / "slaves").glob("*"))
         sync_driver = not stacked and not any((disk / sub).exists() for sub in ("mq", "dm", "md"))
     return Target(
         path=os.path.realpath(path),

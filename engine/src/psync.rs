@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::mem;
 use std::os::fd::RawFd;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -120,6 +120,9 @@ impl PsyncEngine {
     /// Hands the staged I/Os to the threads, waking an idle one per queued I/O; with
     /// `run_one`, first takes the oldest back for the engine thread to run.
     fn submit(&mut self, run_one: bool) -> Option<Io> {
+        if self.staged.is_empty() && !run_one {
+            return None; // a queued I/O has its thread already: one was woken when it came
+        }
         let mut jobs = lock(&self.shared.jobs);
         jobs.queue.extend(self.staged.drain(..));
         let mine = if run_one { jobs.queue.pop_front() } else { None };
@@ -133,7 +136,13 @@ impl PsyncEngine {
 
     /// Waits for completions as `wait` asks, and moves them to `reaped`.
     fn take(&mut self, wait: Wait) {
-        let mut done = lock(&self.shared.done);
+        // Not waiting, the engine thread spins towards a deadline: it must not block on the
+        // lock while a thread holding it is off the CPU; the completions keep till next time.
+        let mut done = match (wait, self.shared.done.try_lock()) {
+            (_, Ok(done)) => done,
+            (Wait::No, Err(TryLockError::WouldBlock)) => return,
+            _ => lock(&self.shared.done),
+        };
         while done.list.is_empty() {
             let left = match wait {
                 Wait::No => break,

@@ -70,9 +70,9 @@ fn open_target(path: &str, writable: bool, direct: bool, is_block: bool) -> io::
 impl Replayer {
     /// engine: "io_uring", "psync" or "null"; depth: the most I/Os in flight (--qd in afap,
     /// --max-inflight in original mode); sync_driver: a block device whose driver runs each
-    /// I/O on the submitting CPU (zram, brd), which the psync engine then runs on one thread
-    /// per CPU, the engine thread included (see psync.rs); max_length: the largest I/O in the trace, in bytes;
-    /// start_ns: the run's start on the monotonic clock, for runs that must share one.
+    /// I/O on the submitting CPU (zram, brd), whose I/O the psync engine then runs on one
+    /// thread per CPU, the engine thread included (see psync.rs); max_length: the largest I/O
+    /// in the trace, in bytes; start_ns: the run's start on the monotonic clock, for runs that must share one.
     #[new]
     #[pyo3(signature = (target=None, *, engine="io_uring", afap=false, speed=1.0, depth=256,
                         writable=false, direct=true, is_block=false, sync_driver=false, max_length=1<<20,
