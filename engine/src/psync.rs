@@ -233,9 +233,10 @@ mod tests {
     use std::io::Write;
     use std::os::fd::AsRawFd;
 
-    /// Reads every 4 KiB block of a file in a shuffled order, QD `depth`, and checks that
-    /// each I/O completes once, with its block's bytes, however the threads share the work.
-    fn reads_come_back_once_with_their_data(threads: usize, inline: bool, wait: Wait) {
+    /// Reads every 4 KiB block of a file in a shuffled order, QD 16, and checks that each
+    /// I/O completes once, with its block's bytes, however the threads share the work, and
+    /// that each enter reaps at least `each_enter`.
+    fn reads_come_back_once_with_their_data(threads: usize, inline: bool, wait: Wait, each_enter: usize) {
         const BLOCKS: usize = 500;
         let mut file = tempfile();
         let data: Vec<u8> = (0..BLOCKS * 4096).map(|i| (i / 4096 * 7 + i % 251) as u8).collect();
@@ -264,6 +265,7 @@ mod tests {
                     assert!(seen.insert(token, result).is_none(), "I/O {token} completed twice");
                 })
                 .unwrap();
+            assert!(n >= each_enter, "an enter reaped {n}");
             inflight -= n;
         }
         assert!(seen.values().all(|&r| r == 4096));
@@ -280,16 +282,21 @@ mod tests {
 
     #[test]
     fn a_thread_per_io_in_flight() {
-        reads_come_back_once_with_their_data(16, false, Wait::One);
-        reads_come_back_once_with_their_data(16, false, Wait::No);
+        reads_come_back_once_with_their_data(16, false, Wait::One, 1);
+        reads_come_back_once_with_their_data(16, false, Wait::No, 0);
+    }
+
+    #[test]
+    fn without_threads_the_engine_thread_runs_each_io_when_it_would_wait() {
+        reads_come_back_once_with_their_data(0, true, Wait::Until(0), 1);
     }
 
     #[test]
     fn the_engine_thread_runs_ios_while_it_waits() {
         for threads in [1, 3] {
-            reads_come_back_once_with_their_data(threads, true, Wait::One);
-            reads_come_back_once_with_their_data(threads, true, Wait::Until(0));
-            reads_come_back_once_with_their_data(threads, true, Wait::No);
+            reads_come_back_once_with_their_data(threads, true, Wait::One, 1);
+            reads_come_back_once_with_their_data(threads, true, Wait::Until(0), 0);
+            reads_come_back_once_with_their_data(threads, true, Wait::No, 0);
         }
     }
 }
