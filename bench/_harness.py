@@ -66,7 +66,7 @@ def _worker(argv):
     p.add_argument("--trace", required=True)
     p.add_argument("--target")
     p.add_argument("--output", required=True)
-    p.add_argument("--engine", default="io_uring")
+    p.add_argument("--engine")
     p.add_argument("--afap", action="store_true")
     p.add_argument("--qd", type=int, default=32)
     p.add_argument("--speed", type=float, default=1.0)
@@ -117,16 +117,18 @@ def _worker(argv):
     }))
 
 
-def run_ours(trace, target, output, *, engine="io_uring", afap=True, qd=32, speed=1.0,
+def run_ours(trace, target, output, *, engine=None, afap=True, qd=32, speed=1.0,
              max_inflight=1024, keep_output=False, threads=False) -> dict:
     """One replay in a fresh Python process; returns the worker's JSON plus `child_cpu_s`
     (rusage of the whole child, interpreter start and imports included). With `threads`,
     `threads_cpu_s` has each thread name's CPU, sampled every 5 ms (which perturbs the run)."""
     cmd = [sys.executable, str(HERE / "_harness.py"), "worker", "--trace", str(trace),
-           "--output", str(output), "--engine", engine, "--qd", str(qd), "--speed", str(speed),
+           "--output", str(output), "--qd", str(qd), "--speed", str(speed),
            "--max-inflight", str(max_inflight)]
     if target:
         cmd += ["--target", str(target)]
+    if engine:
+        cmd += ["--engine", engine]
     if afap:
         cmd.append("--afap")
     if threads:

@@ -39,7 +39,7 @@ class RunOptions:
     qd: int = 32
     max_inflight: int = 1024
     workers: int = 1
-    engine: str = "io_uring"
+    engine: str | None = None  # io_uring, or psync on a driver that runs I/O on the submitting CPU
     remap: str = "fail"
     read_only: bool = False
     dry_run: bool = False
@@ -279,19 +279,20 @@ def _null_target(size: int) -> Target:
 def _start_engines(target: Target, options: RunOptions, writable: bool, max_length: int, notices):
     """Running Replayers, one per worker, plus the engine and O_DIRECT setting they use.
 
-    The first one settles the engine: psync where io_uring is refused or where the target's
-    driver runs I/O on the submitting CPU, buffered I/O where the target refuses O_DIRECT
-    (each said in a notice). Several workers share one start time.
+    The first one settles the engine: psync where io_uring is refused, or, unless an engine
+    was asked for, where the target's driver runs I/O on the submitting CPU; buffered I/O
+    where the target refuses O_DIRECT (each said in a notice). Several workers share one
+    start time.
     """
     from replay import _engine
 
     depth = options.qd if options.afap else options.max_inflight
     start_ns = time.monotonic_ns() + 100_000_000 if options.workers > 1 else None
-    engine, direct = options.engine, True
-    if engine == "io_uring" and target.sync_driver:
+    engine, direct = options.engine or "io_uring", True
+    if options.engine is None and target.sync_driver:
         notices.append(f"{target.path}'s driver runs each I/O on the CPU that submits it, which "
                        "io_uring would hand to a kernel worker thread: using the psync engine, "
-                       "with one thread per CPU running the I/Os")
+                       "with one thread per CPU running the I/Os (--engine io_uring to override)")
         engine = "psync"
     reps = []
     while len(reps) < options.workers:
@@ -348,7 +349,7 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
     not an interruption. Returns the outcome; raises ReplayError subclasses for setup problems.
     """
     options = options or RunOptions()
-    if options.engine not in ENGINES:
+    if options.engine not in (None, *ENGINES):
         raise ReplayError(f"unknown engine {options.engine!r}: use one of {', '.join(ENGINES)}")
     if options.time_limit_s is not None and not options.time_limit_s > 0:
         raise ReplayError(f"the time limit must be a positive number of seconds, not {options.time_limit_s}")

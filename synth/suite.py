@@ -59,7 +59,7 @@ class BenchOptions:
     scale: float = 1.0
     duration_s: float | None = None  # a point (mix, seqmix), the run (steady, act), an element (pts)
     span: int | None = None  # bytes from offset 0; default 8 GiB for mix, else the target
-    engine: str = "io_uring"
+    engine: str | None = None  # as RunOptions.engine
     destroy_data: bool = False
     seed: int = 0
     window_s: float | None = None  # steady: the scored last window (400 s scaled)

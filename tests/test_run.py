@@ -1,6 +1,7 @@
 """`replay run` end to end through the library entry `replay()`: real traces, real I/O on
 regular files and loop devices, the results file and its metadata, and the refusals.
 """
+import dataclasses
 import errno
 import glob
 import hashlib
@@ -562,6 +563,10 @@ def test_a_driver_that_runs_io_on_the_submitting_cpu_gets_psync_threads(tmp_path
     assert meta["target"]["sync_driver"] is False and meta["run"]["engine"] == on_loop_device.engine == "io_uring"
     assert not any("CPU that submits it" in n for n in on_loop_device.notices)
     np.testing.assert_array_equal(cols["result"], 4 * KIB)
+    # An engine asked for is the engine used.
+    asked = replay(trace, zram, dataclasses.replace(opts, engine="io_uring"), output=tmp_path / "asked.parquet")
+    assert asked.engine == "io_uring" and not any("CPU that submits it" in n for n in asked.notices)
+    np.testing.assert_array_equal(results(asked)[0]["result"], 4 * KIB)
 
 
 # ---- a small trace is replayed from memory -------------------------------------------------

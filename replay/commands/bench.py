@@ -39,7 +39,7 @@ def bench(
     scale: Annotated[float, typer.Option(help="Multiply every run length by this: 0.01 runs the hour-long steady test in 36 s. Scored windows and rounds scale too (whole seconds, at least 1).")] = 1.0,
     duration: Annotated[Optional[float], typer.Option(help="Seconds per measurement, overriding --scale: per point (mix, seqmix), the whole run (steady, act) or per element and round (pts).")] = None,
     span: Annotated[Optional[str], typer.Option(help="Bytes of the target the test uses, from offset 0, for example 16G (default: 8G for mix, the whole target otherwise). The target must hold it.")] = None,
-    engine: Annotated[Engine, typer.Option(help="I/O engine, as for replay run; null does no I/O (for testing the pipeline).")] = Engine.io_uring,
+    engine: Annotated[Optional[Engine], typer.Option(help="I/O engine, as for replay run; null does no I/O (for testing the pipeline).", show_default=False)] = None,
     destroy_data: Annotated[bool, typer.Option("--destroy-data", help="Test a block device even though it looks in use (mounted, partitioned, holding a filesystem). Its data WILL be destroyed.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the generators; the same seed gives the same I/Os.")] = 0,
     window: Annotated[Optional[float], typer.Option(help="steady: seconds at the end that are scored (default 400, scaled).")] = None,
@@ -73,7 +73,7 @@ def bench(
     try:
         options = BenchOptions(
             scale=scale, duration_s=duration, span=parse_size(span) if span else None,
-            engine=engine.value, destroy_data=destroy_data, seed=seed, window_s=window,
+            engine=engine and engine.value, destroy_data=destroy_data, seed=seed, window_s=window,
             round_s=round_, max_rounds=max_rounds, multiple=multiple, search=search,
             start=start, step=step, period_s=period,
             block_sizes=tuple(parse_size(s) for s in block_sizes.split(",")) if block_sizes else None,

@@ -58,7 +58,7 @@ def run(
     qd: Annotated[int, typer.Option(help="I/Os in flight with --afap.")] = 32,
     max_inflight: Annotated[int, typer.Option(help="With original timing, the most I/Os in flight; when the target falls behind, I/Os wait and their lateness is recorded.")] = 1024,
     workers: Annotated[int, typer.Option(help="Spread the I/Os over this many threads, each with its own engine and --qd/--max-inflight (row i goes to worker i mod N): the reviews' '32 threads at QD1' is --afap --workers 32 --qd 1.")] = 1,
-    engine: Annotated[Engine, typer.Option(help="I/O engine. io_uring falls back to psync, with a notice, where io_uring is refused and on drivers that run each I/O on the submitting CPU (zram, brd); null does no I/O (for testing the pipeline).")] = Engine.io_uring,
+    engine: Annotated[Optional[Engine], typer.Option(help="I/O engine. The default is io_uring, or psync, with a notice, on drivers that run each I/O on the submitting CPU (zram, brd), where io_uring would hand every I/O to a kernel worker thread. io_uring falls back to psync, with a notice, where it is refused; null does no I/O (for testing the pipeline).", show_default=False)] = None,
     remap: Annotated[Remap, typer.Option(help="What to do when the trace spans more than the target holds: fail (refuse), wrap (offset modulo the size) or scale (proportionally).")] = Remap.fail,
     read_only: Annotated[bool, typer.Option("--read-only", help="Replay only the reads; writes, flushes and discards are skipped and counted.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the trace, the target and the mapping, then stop without issuing any I/O.")] = False,
@@ -74,7 +74,7 @@ def run(
     from replay.runner import RunOptions, replay
 
     options = RunOptions(speed=speed, afap=afap, qd=qd, max_inflight=max_inflight, workers=workers,
-                         engine=engine.value, remap=remap.value, read_only=read_only,
+                         engine=engine and engine.value, remap=remap.value, read_only=read_only,
                          dry_run=dry_run, data=data, destroy_data=destroy_data)
     progress = _Progress()
     notices = []
