@@ -15,8 +15,9 @@ shared machines one pair can differ by 30 % either way). IOPS ratio > 1 means we
 CPU/IO is microseconds of CPU per I/O:
 "eng" is our engine thread alone vs fio's job thread (fio's usr_cpu + sys_cpu x runtime,
 which fio takes with RUSAGE_THREAD, so neither includes io_uring's io-wq worker threads, which
-serve fio's I/O on zram, nor our psync I/O threads); "proc" is our whole replay() call (Parquet scan and read, results file and
-summary written, on other threads) vs fio's whole process tree (rusage). A CPU ratio < 1
+serve fio's I/O on zram, nor our psync I/O threads); "proc" is our whole replay() call
+(Parquet scan and read, results file and summary written, on other threads) vs fio's whole
+process tree (rusage). A CPU ratio < 1
 means we use less. Our IOPS window is the engine's: first intended/issue time to the last
 completion (the trace scan before the first I/O and the results file close after are outside
 it; Parquet reading of later chunks and result writing run concurrently inside it, on the
