@@ -79,9 +79,6 @@ def _worker(argv):
     opts = RunOptions(afap=a.afap, qd=a.qd, speed=a.speed, engine=a.engine,
                       max_inflight=a.max_inflight, destroy_data=True)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # The engine thread has exited by the time replay() returns, and an exited thread's CPU
-    # stays in the process clock: engine CPU = process CPU delta - live threads' deltas.
-    # The engine thread is sampled (it is gone by then); io-wq workers are the dead rest.
     sampler = _Sampler()
     if a.threads:
         sampler.start()
@@ -94,7 +91,7 @@ def _worker(argv):
         sampler.done.set()
         sampler.join()
     # The engine thread has exited by now, and an exited thread's CPU stays in the process
-    # clock: the engine reports its own; the dead rest are io_uring's io-wq workers.
+    # clock: the engine reports its own; the dead rest are its helper threads.
     live_ns = sum(ns - threads0.get(tid, 0) for tid, ns in threads1.items())
     s = out.summary
     print(json.dumps({
@@ -107,7 +104,8 @@ def _worker(argv):
         "process_sys_s": t1.system - t0.system,
         "engine": out.engine,
         "engine_cpu_s": out.engine_cpu_s,  # the engine thread alone, as it measured itself
-        "iowq_cpu_s": (cpu1 - cpu0 - live_ns) / 1e9 - out.engine_cpu_s,  # io_uring's workers
+        # io_uring's io-wq workers or psync's I/O threads
+        "helpers_cpu_s": (cpu1 - cpu0 - live_ns) / 1e9 - out.engine_cpu_s,
         "threads_cpu_s": _by_name(sampler.last, threads0),  # with --threads: per thread name
         "maxrss_before_kib": rss_before,
         "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,

@@ -47,7 +47,7 @@ class Target:
     # A block device whose driver runs each I/O on the CPU that submits it (zram, brd, pmem):
     # it takes bios directly (no blk-mq), is not device-mapper or md, and sits on no other
     # device. io_uring cannot issue such I/O without blocking, so it would hand every one to
-    # a kernel worker thread; the runner uses the psync engine instead.
+    # a kernel worker thread; unless an engine is asked for, the runner uses psync instead.
     sync_driver: bool = False
 
 

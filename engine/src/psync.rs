@@ -90,9 +90,20 @@ pub struct PsyncEngine {
 }
 
 impl PsyncEngine {
+    /// The two uses above: for a `sync_driver`, one I/O thread per CPU but one, and the
+    /// engine thread; otherwise a thread per I/O of `depth`.
+    pub fn new(fd: RawFd, depth: usize, is_block: bool, sync_driver: bool) -> io::Result<Self> {
+        if sync_driver {
+            let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+            Self::with_threads(fd, (cpus - 1).max(1), true, is_block)
+        } else {
+            Self::with_threads(fd, depth, false, is_block)
+        }
+    }
+
     /// `threads` I/O threads; with `inline`, the engine thread also runs queued I/Os while it
     /// waits for a completion.
-    pub fn new(fd: RawFd, threads: usize, inline: bool, is_block: bool) -> io::Result<Self> {
+    fn with_threads(fd: RawFd, threads: usize, inline: bool, is_block: bool) -> io::Result<Self> {
         let shared = Arc::new(Shared::default());
         let mut engine = Self {
             fd,
@@ -147,8 +158,10 @@ impl PsyncEngine {
             let left = match wait {
                 Wait::No => break,
                 Wait::One => None,
-                Wait::Until(t) if t <= now_ns() => break,
-                Wait::Until(t) => Some(Duration::from_nanos((t - now_ns()).max(0) as u64)),
+                Wait::Until(t) => match t - now_ns() {
+                    left if left > 0 => Some(Duration::from_nanos(left as u64)),
+                    _ => break,
+                },
             };
             done.waiting = true;
             done = match left {
@@ -242,7 +255,7 @@ mod tests {
         let data: Vec<u8> = (0..BLOCKS * 4096).map(|i| (i / 4096 * 7 + i % 251) as u8).collect();
         file.write_all(&data).unwrap();
         let mut bufs = vec![0u8; BLOCKS * 4096];
-        let mut engine = PsyncEngine::new(file.as_raw_fd(), threads, inline, false).unwrap();
+        let mut engine = PsyncEngine::with_threads(file.as_raw_fd(), threads, inline, false).unwrap();
         let order: Vec<usize> = (0..BLOCKS).map(|i| i * 193 % BLOCKS).collect();
         let (depth, mut next, mut inflight) = (16, 0, 0);
         let mut seen: HashMap<u64, i64> = HashMap::new();

@@ -70,9 +70,9 @@ fn open_target(path: &str, writable: bool, direct: bool, is_block: bool) -> io::
 impl Replayer {
     /// engine: "io_uring", "psync" or "null"; depth: the most I/Os in flight (--qd in afap,
     /// --max-inflight in original mode); sync_driver: a block device whose driver runs each
-    /// I/O on the submitting CPU (zram, brd), whose I/O the psync engine then runs on one
-    /// thread per CPU, the engine thread included (see psync.rs); max_length: the largest I/O
-    /// in the trace, in bytes; start_ns: the run's start on the monotonic clock, for runs that must share one.
+    /// I/O on the submitting CPU (zram, brd), see `PsyncEngine::new`; max_length: the largest
+    /// I/O in the trace, in bytes; start_ns: the run's start on the monotonic clock, for runs
+    /// that must share one.
     #[new]
     #[pyo3(signature = (target=None, *, engine="io_uring", afap=false, speed=1.0, depth=256,
                         writable=false, direct=true, is_block=false, sync_driver=false, max_length=1<<20,
@@ -113,13 +113,7 @@ impl Replayer {
         let eng: Box<dyn Engine> = match engine {
             "null" => Box::new(NullEngine::new(depth)),
             "psync" => {
-                let (threads, inline) = if sync_driver {
-                    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
-                    ((cpus - 1).max(1), true)
-                } else {
-                    (depth, false)
-                };
-                let eng = PsyncEngine::new(fd, threads, inline, is_block);
+                let eng = PsyncEngine::new(fd, depth, is_block, sync_driver);
                 Box::new(eng.map_err(|e| setup_error("cannot start the psync threads", e))?)
             }
             "io_uring" => Box::new(UringEngine::new(fd, depth, &bufs, is_block).map_err(|e| setup_error("cannot set up io_uring", e))?),
