@@ -19,7 +19,7 @@ from analysis.summary import RunSummary
 from analysis.summary import warm_up as summary_warm_up
 from replay import __version__, remap
 from replay.errors import EngineUnavailable, ReplayError
-from replay.targets import Target, check_safe_to_write, inspect_target, scratch_target
+from replay.targets import Target, check_safe_to_write, inspect_target, scratch_target, unclaimed
 from traces import library, schema
 from traces.schema import Op
 from traces.trace import TraceWriter, open_trace
@@ -294,6 +294,8 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
                        "io_uring would hand to a kernel worker thread: using the psync engine, "
                        "with one thread per CPU running the I/Os (--engine io_uring to override)")
         engine = "psync"
+    if target.kind == "block":
+        unclaimed(target.path)  # a claim that outlives its run goes; one that stays fails below
     reps = []
     while len(reps) < options.workers:
         try:

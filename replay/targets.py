@@ -9,6 +9,7 @@ import stat
 import struct
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -233,6 +234,23 @@ def _lines(path: str) -> list[str]:
         return []
 
 
+def unclaimed(path: str, wait_s: float = 1.0) -> bool:
+    """Whether block device `path` opens exclusively (O_EXCL), waiting up to `wait_s` for a
+    claim to go: a replay that just ended on it, in this process or another, may hold one a
+    few ms longer, as the kernel releases io_uring's registered files asynchronously."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            os.close(os.open(path, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC))
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise TargetError(f"cannot open {path}: {exc.strerror}; run as root") from None
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
 def check_safe_to_write(target: Target, destroy_data: bool) -> None:
     """Raise `UnsafeTargetError` if writing to the block device would destroy data in use.
 
@@ -274,15 +292,8 @@ def check_safe_to_write(target: Target, destroy_data: bool) -> None:
     if parts:
         reasons.append(f"it has partitions ({', '.join(p.name for p in parts)})")
     reasons.extend(f"it carries {s}" for s in _signatures(target.path))
-    if not reasons:
-        try:
-            os.close(os.open(target.path, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC))
-        except OSError as exc:
-            if exc.errno != errno.EBUSY:
-                raise TargetError(
-                    f"cannot open {target.path}: {exc.strerror}; run as root"
-                ) from None
-            reasons.append("it is in use (the kernel refused an exclusive open with EBUSY)")
+    if not reasons and not unclaimed(target.path):
+        reasons.append("it is in use (the kernel refused an exclusive open with EBUSY)")
     if reasons:
         raise UnsafeTargetError(
             f"refusing to write to {target.path} because {'; '.join(reasons)}. "
