@@ -1,21 +1,37 @@
-# The two set-up commands of the README: `make demo` and `make test`.
+# The two set-up commands of the README: `make demo` and `make test`. Python packages go into
+# the project's own virtual environment (.venv), never the system interpreter.
 PYTHON ?= python3
-DEBIAN_PACKAGES = fio e2fsprogs fdisk util-linux mount postgresql qemu-system-x86 debootstrap chromium
+VENV = .venv
+PY = $(VENV)/bin/python
+DEBIAN_PACKAGES = fio blktrace e2fsprogs fdisk util-linux mount postgresql qemu-system-x86 debootstrap chromium
 
-.PHONY: install demo deps test
+.PHONY: install demo deps test quick-test clean-cache
 
-install:
-	$(PYTHON) -m pip install -q -e '.[test]'
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+install: $(PY)
+	$(PY) -m pip install -q -e '.[test]'
 
 demo: install
-	replay run oltp
+	$(VENV)/bin/replay run oltp
 
-# Debian packages the tests use: fio as a peer, mkfs/sfdisk/losetup/blkid for loop-device targets.
+# Debian packages the tests use: fio and blktrace as peers and reference decoders,
+# mkfs/sfdisk/losetup/blkid for loop-device targets, PostgreSQL, qemu and debootstrap for the
+# capture recipes, chromium to render reports.
 deps:
-	@for tool in fio mkfs.ext4 sfdisk losetup blkid mount pg_ctlcluster qemu-system-x86_64 chromium; do \
+	@for tool in fio blkparse mkfs.ext4 sfdisk losetup blkid mount pg_ctlcluster qemu-system-x86_64 debootstrap chromium; do \
 		command -v $$tool >/dev/null || { apt-get update -q && apt-get install -y -q $(DEBIAN_PACKAGES); break; }; \
 	done
 
 test: deps install
 	cd engine && cargo test --release --no-default-features
-	$(PYTHON) -m pytest -q
+	$(PY) -m pytest -q
+
+# The suite without the Debian packages: tests that need a missing tool skip, saying which.
+quick-test: install
+	$(PY) -m pytest -q
+
+# What `make test` leaves outside the checkout: the boot recipe's cached guest image.
+clean-cache:
+	rm -rf /var/cache/tracereplay
