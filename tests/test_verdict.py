@@ -2,8 +2,11 @@
 and every kind of bad input answered with one sentence and exit code 2."""
 import json
 import math
+import shutil
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
@@ -166,3 +169,137 @@ def test_share_is_symmetric_and_zero_at_no_difference(real, synthetic):
     assert _log_share(1.0, synthetic) == 0.0
     assert _log_share(synthetic, synthetic) == pytest.approx(1.0)
     assert (share > 0) == ((real > 1) == (synthetic > 1)) or real == 1.0
+
+
+# ---- hand-made results with known answers ---------------------------------------------------
+# Each workload is 1,000 I/Os, one due every millisecond (timed) or back to back at QD1 (afap),
+# with a known lateness (issue - intended) and device time (complete - issue) per I/O. The
+# workload waits late + device on each I/O, so every figure below is computed by hand.
+MS = 1_000_000
+ROWS = 1000
+SYNTH_A, SYNTH_B = 1_000.0, 16_000.0  # 70/30 QD32 IOPS: B is 16x A; a real 4x is half of it
+
+
+def _results(path, name, late_ns, device_ns, *, afap=False):
+    late = np.broadcast_to(np.asarray(late_ns, dtype=np.int64), ROWS)
+    device = np.broadcast_to(np.asarray(device_ns, dtype=np.int64), ROWS)
+    if afap:  # QD1, as fast as possible: each I/O is issued when the previous one completes
+        issue = np.concatenate([[0], np.cumsum(device)[:-1]]).astype(np.int64)
+        intended, ts = issue.copy(), np.zeros(ROWS, dtype=np.int64)
+    else:
+        ts = np.arange(ROWS, dtype=np.int64) * MS
+        intended = ts.copy()
+        issue = intended + late
+    columns = {"ts_ns": ts, "op": np.zeros(ROWS, dtype=np.uint8),
+               "offset": np.arange(ROWS, dtype=np.int64) * 4096, "length": np.full(ROWS, 4096, dtype=np.int64),
+               "intended_ns": intended, "issue_ns": issue, "complete_ns": issue + device,
+               "result": np.full(ROWS, 4096, dtype=np.int64)}
+    meta = {"schema_version": 1, "kind": "results", "name": name, "interrupted": False,
+            "run": {"mode": "afap" if afap else "original", "speed": 1.0, "qd": 1},
+            "trace": {"path": f"{name}.parquet", "rows": ROWS}, "target": {"path": str(path.parent)}}
+    pq.write_table(pa.table(columns).replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()}), path)
+    return path
+
+
+def _score_set(path, iops, run_file):
+    path.mkdir()
+    shutil.copy(run_file, path / "r70-qd32.parquet")
+    (path / "results.json").write_text(json.dumps({
+        "format": "tracereplay-results-set", "version": 1, "test": "mix", "target": {"path": path.name},
+        "interrupted": False, "options": {}, "scores": {"iops_70_30_qd32": iops},
+        "runs": [{"name": "r70-qd32", "file": "r70-qd32.parquet", "role": "measure", "parameters": {}}]}))
+    return path
+
+
+# name: (A's lateness, A's device time, B's device time; B is never late), and what the verdict
+# must say: the waiting-time ratio A / B, the share of the 16x synthetic advantage
+# (log(real) / log(16)) and the answer. The lateness makes "waited" differ from device latency.
+KNOWN = {
+    "yes":        (5 * MS, 3 * MS, 1 * MS, 8.0, 0.75, "yes"),  # 8x of 16x: 3/4 on a log scale
+    "above_half": (2_400_000, 2 * MS, 1 * MS, 4.4, 0.5344, "yes"),  # just above SHOWS_UP = 0.5
+    "below_half": (1_600_000, 2 * MS, 1 * MS, 3.6, 0.4620, "partly"),  # just below it
+    "above_10pc": (400_000, 1 * MS, 1 * MS, 1.4, 0.1214, "partly"),  # just above PARTLY = 0.1
+    "below_10pc": (300_000, 1 * MS, 1 * MS, 1.3, 0.0946, "no"),  # just below it
+    "noise":      (0, 960_000, 1 * MS, 0.96, -0.0147, "no"),  # within NOISE = 5 %: not reversed
+    "reversed":   (0, 940_000, 1 * MS, 0.94, -0.0223, "reversed"),  # just beyond it
+}
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory):
+    d = tmp_path_factory.mktemp("known")
+    for side in "ab":
+        (d / side).mkdir()
+    for name, (late_a, dev_a, dev_b, *_) in KNOWN.items():
+        _results(d / "a" / f"{name}.parquet", name, late_a, dev_a)
+        _results(d / "b" / f"{name}.parquet", name, 0, dev_b)
+    # A tail: 2 % of I/Os take 50 ms on A (2 ms late, 48 ms on the device) and 5 ms on B, the rest 1 ms on both. The p99 (the
+    # 990th of 1,000) is in the tail; the waiting time is 980 + 20 x 50 = 1,980 ms on A and
+    # 980 + 20 x 5 = 1,080 ms on B.
+    slow = np.arange(ROWS) % 50 == 49
+    _results(d / "a" / "tail.parquet", "tail", np.where(slow, 2 * MS, 0), np.where(slow, 48 * MS, MS))
+    _results(d / "b" / "tail.parquet", "tail", 0, np.where(slow, 5 * MS, MS))
+    # Closed loop at QD1: 1,000 I/Os of 10 ms on A finish in 10 s, of 1.25 ms on B in 1.25 s.
+    _results(d / "a" / "boot.parquet", "boot", 0, 10 * MS, afap=True)
+    _results(d / "b" / "boot.parquet", "boot", 0, 1_250_000, afap=True)
+    sa = _score_set(d / "mix-a", SYNTH_A, d / "a" / "yes.parquet")
+    sb = _score_set(d / "mix-b", SYNTH_B, d / "b" / "yes.parquet")
+    same = _score_set(d / "mix-same", SYNTH_A, d / "b" / "yes.parquet")
+    return {"dir": d, "sa": sa, "sb": sb, "same": same}
+
+
+def test_every_threshold_gives_its_hand_computed_answer(known):
+    d = known["dir"]
+    v = verdict([known["sa"]], [known["sb"]], [d / "a"], [d / "b"], "slow", "fast")
+    (s,) = v.synthetic
+    assert (s.label, s.a, s.b, s.ratio) == ("70/30 QD32", 1_000.0, 16_000.0, 16.0)
+    got = {w.name: w for w in v.workloads}
+    for name, (late_a, dev_a, dev_b, ratio, share, answer) in KNOWN.items():
+        w = got[name]
+        assert (w.a.rows, w.b.rows, w.primary) == (ROWS, ROWS, "wait"), name
+        assert w.a.wait_ns == ROWS * (late_a + dev_a) and w.b.wait_ns == ROWS * dev_b, name
+        assert w.wait_ratio == pytest.approx(ratio), name
+        assert w.p99_ratio == pytest.approx(ratio, rel=1 / 128), name
+        assert w.share == pytest.approx(share, abs=1e-4), name
+        assert w.answer == answer, name
+        assert w.finish_ratio is None, name
+    assert "fast is 16.00x faster than slow on 70/30 QD32; on yes it waits on storage 8.00x less: " \
+           "75% of the synthetic advantage." == got["yes"].sentence
+    assert got["noise"].sentence.endswith("within 5% of the same time: the advantage does not show.")
+    assert got["reversed"].sentence.endswith("waits on storage 1.06x more on fast: the advantage is reversed.")
+
+
+def test_p99_and_time_to_finish_are_hand_computed(known):
+    d = known["dir"]
+    got = {w.name: w for w in verdict([known["sa"]], [known["sb"]], [d / "a"], [d / "b"]).workloads}
+    tail = got["tail"]
+    assert (tail.a.wait_ns, tail.b.wait_ns) == (1_980 * MS, 1_080 * MS)
+    assert tail.a.p99_ns == pytest.approx(50 * MS, rel=1 / 256) and tail.b.p99_ns == pytest.approx(5 * MS, rel=1 / 256)
+    assert tail.p99_ratio == pytest.approx(10.0, rel=1 / 128)
+    assert tail.share == pytest.approx(math.log(1980 / 1080) / math.log(16)) and tail.answer == "partly"
+    boot = got["boot"]
+    assert boot.closed_loop and boot.primary == "finish"
+    assert (boot.a.finish_ns, boot.b.finish_ns) == (10_000 * MS, 1_250 * MS)
+    assert boot.finish_ratio == 8.0 and boot.share == pytest.approx(0.75) and boot.answer == "yes"
+    assert boot.sentence.endswith("on boot it finishes 8.00x sooner: 75% of the synthetic advantage.")
+
+
+def test_no_synthetic_difference_is_not_applicable(known):
+    d = known["dir"]
+    v = verdict([known["sa"]], [known["same"]], [d / "a"], [d / "b"])
+    assert v.synthetic[0].ratio == 1.0
+    for w in v.workloads:
+        assert (w.share, w.answer) == (None, "n/a"), w.name
+        assert w.sentence.endswith("the comparison is undefined (no synthetic difference).")
+
+
+def test_cli_json_carries_the_hand_computed_figures(known):
+    d = known["dir"]
+    done = replay_cli("verdict", "--synthetic-a", known["sa"], "--synthetic-b", known["sb"],
+                      "--traces-a", d / "a", "--traces-b", d / "b", "--json")
+    assert done.returncode == 0, done.stderr
+    got = {w["name"]: w for w in json.loads(done.stdout)["workloads"]}
+    for name, (*_, ratio, share, answer) in KNOWN.items():
+        assert (got[name]["answer"], round(got[name]["share"], 4), got[name]["wait_ratio"]) == \
+            (answer, share, pytest.approx(ratio)), name
+    assert got["boot"]["finish_ratio"] == 8.0 and got["boot"]["primary_ratio"] == 8.0
