@@ -310,6 +310,9 @@ class Characterisation:
     reuse_distance_bytes: dict = field(default_factory=dict)  # "p50", "p90", "p99"
     reuse_cold_share: float | None = None  # of block accesses
     reuse_sample_rate: float = 1.0
+    # Inferred dependencies and think time (analysis.causal) when the trace has pid and
+    # latency_ns: what `--timing causal` replays. None otherwise.
+    causal: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -474,6 +477,10 @@ def characterise(trace, windows: int = QD_WINDOWS, rows: int | None = None,
     else:
         c.working_set_bytes = int(round(hll_estimate(registers))) << BLOCK_SHIFT
         c.working_set_exact = False
+    from analysis import causal
+
+    summary = causal.summarise(trace, rows=rows)
+    c.causal = summary.to_dict() if summary is not None else None
     return c
 
 
@@ -542,4 +549,7 @@ def format_text(c: Characterisation) -> str:
         + f"; cold {_pct(c.reuse_cold_share)} of block accesses{rate}",
         "size histogram  " + ("  ".join(f"{k}: {v['read']}r/{v['write']}w" for k, v in c.size_histogram.items()) or "-"),
     ]
+    from analysis import causal
+
+    lines += causal.format_text(causal.CausalSummary(**c.causal) if c.causal else None, _ns)
     return "\n".join(lines)

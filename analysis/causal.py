@@ -1,0 +1,261 @@
+"""Dependencies and think time, inferred from a captured block trace, for causal replay.
+
+For each I/O: up to two parents (the I/Os it waited for, as rows back, 0 = none) and its
+think time (the application's own time between the last parent's completion and its issue).
+Streams by chunks with a small carried state, so a trace of any length is annotated in
+bounded memory, and the same trace always gives the same annotation.
+"""
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+from numba import types
+from numba.typed import Dict, List
+
+from replay.errors import TraceFormatError
+from traces.schema import Flag, Op
+
+# A parent further back than this many rows is dropped (the I/O keeps its captured time): the
+# engine keeps the completion times of this many recent rows, no more.
+MAX_BACK = (1 << 16) - 1
+
+# Group ids for the kernel's own threads: every writeback worker is one group (kworker/u8:4
+# and kworker/u8:17 are interchangeable pool workers), every journal thread another.
+WRITEBACK, JOURNAL = -1, -2
+
+HEURISTICS = {
+    "chains": "per-process chains: an I/O waits for the last I/O of its own process (writeback "
+              "workers one process, journal threads another) that completed before it was issued",
+    "recent": "hfplayer-like: an I/O waits for the last I/O of any process that completed at most "
+              "--window before it was issued; none: it keeps its captured time",
+}
+DEFAULT_HEURISTIC = "chains"
+DEFAULT_WINDOW_NS = 1_000_000
+REQUIRED = ("pid", "latency_ns")
+COLUMNS = ("ts_ns", "op", "latency_ns", "pid", "comm", "flags")
+
+
+def check_columns(path, column_names) -> None:
+    """Causal replay needs who issued each I/O and how long it took; refuse a trace without."""
+    missing = [c for c in REQUIRED if c not in column_names]
+    if missing:
+        raise TraceFormatError(path, f"causal timing needs the column{'s' if len(missing) > 1 else ''} "
+                               f"{' and '.join(missing)}, which this trace lacks (imported traces often "
+                               "do); capture one with `replay capture` or `replay capture recipe`",
+                               missing[0])
+
+
+def groups_of(pid: np.ndarray, comm) -> np.ndarray:
+    """Each row's chain group: its pid, or WRITEBACK / JOURNAL for the kernel's threads."""
+    group = pid.astype(np.int64)
+    if comm is not None and len(comm):
+        names, inverse = np.unique(np.asarray(comm, dtype=object).astype(str), return_inverse=True)
+        kind = np.array([WRITEBACK if n.startswith("kworker") else JOURNAL if n.startswith("jbd2") else 0
+                         for n in names], dtype=np.int64)[inverse]
+        group = np.where(kind != 0, kind, group)
+    return group
+
+
+_PENDING = types.UniTuple(types.int64, 4)  # (done_ns, row, group, is_write)
+
+
+def new_state():
+    """What `annotate_kernel` carries from one chunk to the next."""
+    heap = List.empty_list(_PENDING)
+    last_row = Dict.empty(types.int64, types.int64)
+    last_done = Dict.empty(types.int64, types.int64)
+    # [any row, any done, write row, write done]: the latest completions seen so far
+    latest = np.full(4, -1, dtype=np.int64)
+    return heap, last_row, last_done, latest
+
+
+@numba.njit(nogil=True, cache=True)
+def annotate_kernel(base, ts, op, latency, group, flags, recent, window_ns, max_back,
+                    heap, last_row, last_done, latest, parent, parent2, think):
+    """One chunk: rows base..base+len. Completions are replayed in time order from a heap of
+    the rows in flight, so every parent completed no later than its child was issued."""
+    for k in range(len(ts)):
+        row = base + k
+        t = ts[k]
+        while len(heap) and heap[0][0] <= t:
+            done, r, g, w = heapq_pop(heap)
+            last_row[g] = r
+            last_done[g] = done
+            latest[0], latest[1] = r, done
+            if w:
+                latest[2], latest[3] = r, done
+        p1 = -1
+        d1 = -1
+        if recent:
+            if latest[0] >= 0 and t - latest[1] <= window_ns:
+                p1, d1 = latest[0], latest[1]
+        else:
+            g = group[k]
+            if g in last_row:
+                p1, d1 = last_row[g], last_done[g]
+        if p1 >= 0 and row - p1 > max_back:
+            p1 = -1
+        # A flush, and a FUA write, waits for the writes completed before it.
+        p2 = -1
+        d2 = -1
+        if (op[k] == 3 or (op[k] == 1 and flags[k] & 2)) and latest[2] >= 0 and latest[2] != p1:
+            if row - latest[2] <= max_back:
+                p2, d2 = latest[2], latest[3]
+        if p1 < 0 and p2 >= 0:
+            p1, d1, p2, d2 = p2, d2, -1, -1
+        parent[k] = row - p1 if p1 >= 0 else 0
+        parent2[k] = row - p2 if p2 >= 0 else 0
+        think[k] = t - max(d1, d2) if p1 >= 0 else 0
+        if latency[k] >= 0:
+            heapq_push(heap, (t + latency[k], row, group[k], np.int64(op[k] == 1)))
+
+
+@numba.njit(inline="always")
+def _less(a, b):
+    return a[0] < b[0] or (a[0] == b[0] and a[1] < b[1])
+
+
+@numba.njit
+def heapq_push(heap, item):
+    heap.append(item)
+    i = len(heap) - 1
+    while i > 0:
+        up = (i - 1) >> 1
+        if _less(heap[i], heap[up]):
+            heap[i], heap[up] = heap[up], heap[i]
+            i = up
+        else:
+            break
+
+
+@numba.njit
+def heapq_pop(heap):
+    top = heap[0]
+    last = heap.pop()
+    n = len(heap)
+    if n:
+        heap[0] = last
+        i = 0
+        while True:
+            left = 2 * i + 1
+            if left >= n:
+                break
+            child = left
+            if left + 1 < n and _less(heap[left + 1], heap[left]):
+                child = left + 1
+            if _less(heap[child], heap[i]):
+                heap[i], heap[child] = heap[child], heap[i]
+                i = child
+            else:
+                break
+    return top
+
+
+class Annotator:
+    """Annotates a trace chunk by chunk, in order: `add(chunk)` returns the chunk's parent,
+    parent2 (int32 rows back, 0: none) and think_ns (int64) columns."""
+
+    def __init__(self, heuristic: str = DEFAULT_HEURISTIC, window_ns: int = DEFAULT_WINDOW_NS,
+                 max_back: int = MAX_BACK):
+        if heuristic not in HEURISTICS:
+            raise ValueError(f"unknown heuristic {heuristic!r}: use one of {', '.join(HEURISTICS)}")
+        self.heuristic, self.window_ns, self.max_back = heuristic, int(window_ns), int(max_back)
+        self.state = new_state()
+        self.rows = 0
+
+    def add(self, chunk: dict) -> dict:
+        n = len(chunk["ts_ns"])
+        out = {"parent": np.zeros(n, np.int32), "parent2": np.zeros(n, np.int32),
+               "think_ns": np.zeros(n, np.int64)}
+        flags = chunk.get("flags")
+        flags = np.zeros(n, np.uint8) if flags is None else np.asarray(flags, np.uint8)
+        group = groups_of(np.asarray(chunk["pid"]), chunk.get("comm"))
+        annotate_kernel(self.rows, np.asarray(chunk["ts_ns"], np.int64), np.asarray(chunk["op"], np.uint8),
+                        np.asarray(chunk["latency_ns"], np.int64), group, flags,
+                        self.heuristic == "recent", self.window_ns, self.max_back, *self.state,
+                        out["parent"], out["parent2"], out["think_ns"])
+        self.rows += n
+        return out
+
+
+def annotate(columns: dict, heuristic: str = DEFAULT_HEURISTIC, window_ns: int = DEFAULT_WINDOW_NS) -> dict:
+    """The whole annotation of an in-memory trace (columns as numpy arrays)."""
+    return Annotator(heuristic, window_ns).add(columns)
+
+
+@dataclass
+class CausalSummary:
+    """What `replay traces show` reports about the inferred dependencies."""
+
+    heuristic: str = DEFAULT_HEURISTIC
+    ios: int = 0
+    roots: int = 0  # I/Os that wait for nothing: replayed at their captured time
+    chained: int = 0  # I/Os that wait for a parent
+    flush_waits: int = 0  # flushes and FUA writes that wait for a parent
+    chains: int = 0  # groups (processes; writeback and journal threads one each) with a chained I/O
+    think_ns: dict = field(default_factory=dict)  # percentiles of the chained I/Os' think time
+    think_total_ns: int = 0
+    device_total_ns: int = 0  # sum of captured latency, for scale
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+PERCENTILES = (50.0, 90.0, 99.0)
+_THINK_BINS = np.concatenate([[0], np.logspace(2, 11, 271)]).astype(np.int64)  # 100 ns .. 100 s
+
+
+def summarise(trace, heuristic: str = DEFAULT_HEURISTIC, window_ns: int = DEFAULT_WINDOW_NS,
+              rows: int | None = None) -> CausalSummary | None:
+    """The annotation of a TraceFile summarised (streaming); None when it cannot be annotated."""
+    if any(c not in trace.column_names for c in REQUIRED):
+        return None
+    cols = [c for c in COLUMNS if c in trace.column_names]
+    ann = Annotator(heuristic, window_ns)
+    s = CausalSummary(heuristic=heuristic)
+    hist = np.zeros(len(_THINK_BINS), np.int64)
+    groups = set()
+    for chunk in trace.chunks(columns=cols, rows=rows):
+        a = ann.add(chunk)
+        chained = a["parent"] > 0
+        s.ios += len(chained)
+        s.chained += int(chained.sum())
+        s.flush_waits += int((chained & _flushlike(chunk)).sum())
+        th = a["think_ns"][chained]
+        s.think_total_ns += int(th.sum())
+        hist += np.bincount(np.searchsorted(_THINK_BINS, th, side="right") - 1, minlength=len(hist))[:len(hist)]
+        s.device_total_ns += int(np.clip(chunk["latency_ns"], 0, None).sum())
+        groups.update(np.unique(groups_of(np.asarray(chunk["pid"]), chunk.get("comm"))[chained]).tolist())
+    s.roots = s.ios - s.chained
+    s.chains = len(groups)
+    if s.chained:
+        cum = np.cumsum(hist)
+        for q in PERCENTILES:
+            i = int(np.searchsorted(cum, q / 100 * s.chained))
+            s.think_ns[f"p{q:g}"] = int(_THINK_BINS[min(i + 1, len(_THINK_BINS) - 1)])
+        s.think_ns["mean"] = s.think_total_ns // s.chained
+    return s
+
+
+def _flushlike(chunk):
+    op = np.asarray(chunk["op"])
+    flags = chunk.get("flags")
+    fua = (op == Op.WRITE) & ((np.asarray(flags) & Flag.FUA) != 0) if flags is not None else False
+    return (op == Op.FLUSH) | fua
+
+
+def format_text(s: CausalSummary, fmt_ns) -> list[str]:
+    """Lines for `replay traces show`."""
+    if s is None:
+        return ["causal          - (needs the pid and latency_ns columns: capture with `replay capture`)"]
+    share = f"{100 * s.think_total_ns / (s.think_total_ns + s.device_total_ns):.0f}%" \
+        if s.think_total_ns + s.device_total_ns else "-"
+    return [
+        f"causal          {s.heuristic}: {s.chained:,} I/Os wait for a parent in {s.chains} chains, "
+        f"{s.roots:,} roots keep their captured time; {s.flush_waits:,} flushes/FUA writes wait for "
+        "the writes before them",
+        "think time      " + (", ".join(f"{k} {fmt_ns(v)}" for k, v in s.think_ns.items()) or "-")
+        + f"; total {fmt_ns(s.think_total_ns)} ({share} of think + captured device time)",
+    ]
