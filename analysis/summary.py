@@ -265,9 +265,11 @@ class RunSummary:
         return self.total() if op is None else self.ops[Op(op)]
 
     def iops(self, op=None):
-        """I/Os per second of `op` (an Op) or of all ops (None) over the run duration."""
+        """Successful I/Os per second of `op` (an Op) or of all ops (None) over the run
+        duration: a failed I/O is counted in `errors`, never as work done."""
         d = self.duration_ns
-        return self._stats(op).ios * 1e9 / d if d > 0 else 0.0
+        s = self._stats(op)
+        return (s.ios - s.errors) * 1e9 / d if d > 0 else 0.0
 
     def mb_per_s(self, op=None):
         """Megabytes (10**6 bytes) per second over the run duration."""
@@ -391,7 +393,7 @@ def _lat_section(h):
 def _op_section(s, duration_ns):
     if duration_ns > 0:
         bw_bytes = s.bytes * 10**9 // duration_ns  # integer, as fio reports it
-        iops = s.ios * 1e9 / duration_ns
+        iops = (s.ios - s.errors) * 1e9 / duration_ns  # failed I/Os are no work done
     else:
         bw_bytes, iops = 0, 0.0
     return {

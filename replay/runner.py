@@ -3,6 +3,7 @@ results stream out to a Parquet file and a summary. Python prepares, Rust runs.
 """
 import errno
 import gc
+import math
 import platform
 import signal
 import threading
@@ -19,7 +20,8 @@ from analysis.summary import RunSummary
 from analysis.summary import warm_up as summary_warm_up
 from replay import __version__, remap
 from replay.errors import EngineUnavailable, ReplayError
-from replay.targets import Target, check_safe_to_write, inspect_target, scratch_target, unclaimed
+from replay.targets import (Target, check_output, check_output_path, check_safe_to_write, inspect_target,
+                            scratch_target, unclaimed)
 from traces import library, schema
 from traces.schema import Op
 from traces.trace import TraceWriter, open_trace
@@ -51,6 +53,63 @@ class RunOptions:
     time_limit_s: float | None = None
 
 
+# Bounds of the options, checked once at the front (`check_options`), each with its reason.
+# The engine's own limit on I/Os in flight, and io_uring's largest ring.
+MAX_DEPTH = 32768
+# Each worker holds an 8 MiB pool of write data and up to 8 MiB of read buffers, its own
+# engine thread and ring: up to ~17 MB (400 workers peaked at 6.8 GB, and 10,000 were
+# OOM-killed without a word). Past a few per CPU they only take turns on the CPUs.
+MAX_WORKERS = 256
+WORKER_BYTES = 17 << 20
+# A trace whose first I/O is due later than this after the start is almost certainly
+# stamped with absolute times (seconds since 1970, or since boot).
+MAX_FIRST_DUE_S = 86400
+# How often `progress` is called while a run goes.
+PROGRESS_S = 0.25
+
+
+def check_options(options: RunOptions) -> None:
+    """Raise ReplayError, with one sentence, for the first option out of its range."""
+    o = options
+    if o.engine not in (None, *ENGINES):
+        raise ReplayError(f"unknown engine {o.engine!r}: use one of {', '.join(ENGINES)}")
+    if not (isinstance(o.speed, (int, float)) and math.isfinite(o.speed) and o.speed > 0):
+        raise ReplayError(f"--speed must be a finite number above 0 (2 replays twice as fast), not {o.speed}")
+    for flag, value, top, why in (
+        ("--qd", o.qd, MAX_DEPTH, "the engine's limit on I/Os in flight"),
+        ("--max-inflight", o.max_inflight, MAX_DEPTH, "the engine's limit on I/Os in flight"),
+        ("--workers", o.workers, MAX_WORKERS, "each worker holds up to 17 MB of buffers and "
+                                              "its own thread"),
+    ):
+        if not (isinstance(value, int) and 1 <= value <= top):
+            raise ReplayError(f"{flag} must be between 1 and {top} ({why}), not {value}")
+    kind, _, pct = o.data.partition(":")
+    if not (o.data in ("random", "zeros") or (kind == "compressible" and pct.isdigit() and int(pct) <= 100)):
+        raise ReplayError(f"--data must be random, zeros or compressible:PCT with PCT a whole "
+                          f"number from 0 to 100, not {o.data!r}")
+    if o.remap not in remap.MODES:
+        raise ReplayError(f"--remap must be one of {', '.join(remap.MODES)}, not {o.remap!r}")
+    if o.time_limit_s is not None and not (math.isfinite(o.time_limit_s) and o.time_limit_s > 0):
+        raise ReplayError(f"the time limit must be a positive number of seconds, not {o.time_limit_s}")
+    if not (isinstance(o.chunk_rows, int) and o.chunk_rows >= 1):
+        raise ReplayError(f"chunk_rows must be a positive number of rows, not {o.chunk_rows}")
+
+
+def check_trace(source, options: RunOptions) -> None:
+    """Raise ReplayError for a trace that cannot be replayed as asked: no rows, or a first I/O
+    due more than a day after the start."""
+    scan = source.scan
+    if scan.rows == 0:
+        raise ReplayError(f"{source.describe(0)['path']} holds no I/Os (0 rows): there is nothing "
+                          "to replay; check how the trace was made")
+    first = getattr(scan, "first_ts", None)
+    if not options.afap and first is not None and first / options.speed > MAX_FIRST_DUE_S * 1e9:
+        raise ReplayError(
+            f"the trace's first I/O is due {first / options.speed / 1e9:,.0f} s after the start "
+            f"(ts_ns {first}), more than a day: its times look absolute; rebase them to start "
+            "at 0 (replay convert, or ts_ns - ts_ns[0]), or replay it with --afap")
+
+
 @dataclass
 class RunOutcome:
     """What a run produced. `output` is None for a dry run."""
@@ -73,6 +132,7 @@ class _Scan:
     rows: int = 0
     span: int = 0
     max_length: int = 0
+    first_ts: int | None = None  # ts_ns of the first row
     counts: np.ndarray = field(default_factory=lambda: np.zeros(len(Op), dtype=np.int64))
 
     @property
@@ -95,6 +155,8 @@ def _scan(trace, columns, rows, keep) -> tuple[_Scan, list[dict] | None]:
     scan, cache = _Scan(), [] if keep else None
     for chunk in trace.chunks(columns=columns, rows=rows):
         if len(chunk["op"]):
+            if scan.first_ts is None:
+                scan.first_ts = int(chunk["ts_ns"][0])
             scan.span = max(scan.span, int((chunk["offset"] + chunk["length"]).max()))
             scan.max_length = max(scan.max_length, int(chunk["length"].max()))
         scan.counts += np.bincount(chunk["op"], minlength=len(Op))[: len(Op)]
@@ -217,6 +279,61 @@ def _source(trace):
     return TraceSource(trace)
 
 
+class _Ticker:
+    """Calls `progress(rows_done, rows_total, elapsed_s)` every PROGRESS_S seconds, from a
+    thread, from the start of the run to its end. The engine hands results back a chunk at a
+    time (65,536 rows), so between chunks, in timed mode, the rows whose intended time has
+    passed are counted as done; afap runs advance by chunks."""
+
+    def __init__(self, progress, merger, total, speed):
+        self.progress, self.merger, self.total, self.speed = progress, merger, total, speed
+        self.running = False
+        self._stop = threading.Event()
+        self._thread = None
+        self._start_ns = 0
+
+    def start(self, start_ns: int):
+        self.running = True
+        self._start_ns = start_ns
+        if self.progress is not None:
+            self._thread = threading.Thread(target=self._loop, name="replay-progress", daemon=True)
+            self._thread.start()
+
+    def _loop(self):
+        while True:
+            self.tick()
+            if self._stop.wait(PROGRESS_S):
+                return
+
+    def done(self, elapsed_ns: int) -> int:
+        # Read again when a chunk was written meanwhile, so it is not counted twice.
+        while True:
+            written = self.merger.done
+            # tuple() of a deque is taken whole under the GIL: no append can land half-way.
+            pending = tuple(self.merger.pending) if self.speed is not None else ()
+            if written == self.merger.done:
+                break
+        done = written
+        due = elapsed_ns * (self.speed or 0)
+        for chunk in pending:
+            ts = chunk["ts_ns"]
+            done += int(np.searchsorted(ts, due, side="right"))
+            if len(ts) and ts[-1] > due:
+                break
+        return done if self.total is None else min(done, self.total)
+
+    def tick(self):
+        elapsed_ns = max(time.monotonic_ns() - self._start_ns, 0)
+        self.progress(self.done(elapsed_ns), self.total, elapsed_ns / 1e9)
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            self.tick()
+
+
 class _TimeUp(Exception):
     """The run reached its time limit (raised only while waiting on the engine)."""
 
@@ -281,13 +398,13 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
 
     The first one settles the engine: psync where io_uring is refused, or, unless an engine
     was asked for, where the target's driver runs I/O on the submitting CPU; buffered I/O
-    where the target refuses O_DIRECT (each said in a notice). Several workers share one
-    start time.
+    where the target refuses O_DIRECT (each said in a notice). None issues anything before
+    `_start_together` gives them their common start.
     """
     from replay import _engine
 
     depth = options.qd if options.afap else options.max_inflight
-    start_ns = time.monotonic_ns() + 100_000_000 if options.workers > 1 else None
+    _check_memory(options.workers, depth, max_length)
     engine, direct = options.engine or "io_uring", True
     if options.engine is None and target.sync_driver:
         notices.append(f"{target.path}'s driver runs each I/O on the CPU that submits it, which "
@@ -308,7 +425,7 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
                 # which block devices also accept.
                 writable=writable, direct=direct, is_block=target.kind == "block" and not reps,
                 sync_driver=target.sync_driver,
-                max_length=max_length, data=options.data, start_ns=start_ns,
+                max_length=max_length, data=options.data,
             ))
         except OSError as e:
             if reps:
@@ -332,6 +449,46 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
     return reps, engine, direct
 
 
+def _worker_bytes(depth: int, max_length: int) -> int:
+    """Memory one worker's buffers take (engine/src/data.rs, Buffers::new): the pool of
+    write data, and the read slots, at most as large as the pool."""
+    slot = -(-max(max_length, 1) // 4096) * 4096
+    pool = max(2 * slot, 8 << 20)
+    return pool + slot * min(depth, pool // slot)
+
+
+def _check_memory(workers: int, depth: int, max_length: int) -> None:
+    """Refuse workers whose buffers would not fit in the memory available: the kernel's OOM
+    killer would otherwise end the run without a word."""
+    try:
+        meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+        available = int(meminfo["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return
+    need = workers * (_worker_bytes(depth, max_length) + (1 << 20))  # + thread stack and ring
+    if need > available:
+        raise ReplayError(
+            f"{workers} workers need about {remap.human_bytes(need)} of buffers (up to "
+            f"{remap.human_bytes(need // workers)} each) but {remap.human_bytes(available)} is "
+            "available; use fewer --workers, a lower --qd/--max-inflight, or shorter I/Os")
+
+
+# The workers' common start is this far after their first chunk is ready: time to hand
+# it to every worker (32 workers, a 65,536-row chunk: ~5 ms).
+START_AHEAD_NS = 20_000_000
+
+
+def _start_together(reps) -> int:
+    """Give every worker one common start instant, a little ahead: their first I/Os are all
+    due from then on, so building and feeding the workers one after another is not recorded
+    as lateness. Returns that instant (monotonic ns)."""
+    start_ns = time.monotonic_ns() + START_AHEAD_NS
+    for rep in reps:
+        if hasattr(rep, "start_at"):  # TEMPORARY until the engine's start_at lands
+            rep.start_at(start_ns)
+    return start_ns
+
+
 def default_output(trace_name: str, target: Target) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path(f"{trace_name}-{Path(target.path).name.strip('()').replace(' ', '-')}-{stamp}.parquet")
@@ -343,20 +500,27 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
     TraceSource/GeneratorSource) on `target` (a block device or a regular file; None for a
     scratch file sized to the trace).
 
-    `progress(rows_done, rows_total, elapsed_s)` is called as chunks finish (rows_total is
-    None for a generator of unknown length). Each consumer's `add(chunk)` gets every results
+    `progress(rows_done, rows_total, elapsed_s)` is called from a thread every PROGRESS_S
+    seconds from the first I/O, and once at the end (rows_total is None for a generator of
+    unknown length; in timed mode rows_done counts the rows due by then until their chunk
+    is back). Each consumer's `add(chunk)` gets every results
     chunk written (for example analysis.scoring.Bins). `metadata` is merged into the results
     file's metadata. Ctrl-C (KeyboardInterrupt) ends the run early: what was done is still
     written, marked interrupted; reaching `options.time_limit_s` ends it the same way but is
     not an interruption. Returns the outcome; raises ReplayError subclasses for setup problems.
     """
     options = options or RunOptions()
-    if options.engine not in (None, *ENGINES):
-        raise ReplayError(f"unknown engine {options.engine!r}: use one of {', '.join(ENGINES)}")
-    if options.time_limit_s is not None and not options.time_limit_s > 0:
-        raise ReplayError(f"the time limit must be a positive number of seconds, not {options.time_limit_s}")
+    # Every check that needs no target comes before anything is opened or written.
+    check_options(options)
+    if output is not None:
+        check_output_path(output)
     notices = [] if notices is None else notices
     source = _source(trace)
+    check_trace(source, options)
+    if output is not None and isinstance(source, TraceSource) and Path(output).exists() \
+            and Path(output).samefile(source.path):
+        raise ReplayError(f"the results path {output} is the trace being replayed: writing the "
+                          "results would replace it; choose another -o")
     scan = source.scan
     writes = scan.writes and not options.read_only
     cleanup = None
@@ -369,7 +533,9 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
     else:
         tgt = inspect_target(str(target))
     try:
-        if writes and tgt.kind == "block":
+        if output is not None:
+            check_output(output, tgt)
+        if writes and target is not None:
             check_safe_to_write(tgt, options.destroy_data)
         mapping = remap.plan_mapping(scan.span, scan.max_length, tgt.size, tgt.logical_block_size,
                                      options.remap, target_path=tgt.path)
@@ -418,8 +584,8 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     merger = _Merger(reps, writer, summary, consumers)
     aligned = 0
     interrupted = time_up = False
-    started = time.monotonic()
     deadline = _Deadline(options.time_limit_s)
+    ticker = _Ticker(progress, merger, scan.rows, None if options.afap else options.speed)
     gc.disable()  # the run allocates few objects; collector passes only steal the engine's CPU
     try:
         try:
@@ -431,15 +597,14 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
                     mapping, chunk["offset"], chunk["length"], chunk["op"])
                 aligned += n
                 deadline.start()
+                if not ticker.running:
+                    ticker.start(_start_together(reps))
                 deadline.wait(merger.push, chunk)
                 merger.collect(block=False)
-                if progress:
-                    progress(merger.done, scan.rows, time.monotonic() - started)
             for rep in reps:
                 rep.close()
             while deadline.wait(merger.collect, True):
-                if progress:
-                    progress(merger.done, scan.rows, time.monotonic() - started)
+                pass
         except (KeyboardInterrupt, _TimeUp) as e:
             deadline.cancel()
             interrupted, time_up = isinstance(e, KeyboardInterrupt), isinstance(e, _TimeUp)
@@ -459,6 +624,7 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
             raise ReplayError(f"{e}; the {merger.done} I/Os done so far are in {path}") from None
         raise
     finally:
+        ticker.stop()
         gc.enable()
     # Stopping at the time limit is how such a run ends, so the engines' "stopped" is no
     # interruption then; Ctrl-C is.

@@ -251,13 +251,105 @@ def unclaimed(path: str, wait_s: float = 1.0) -> bool:
         time.sleep(0.01)
 
 
-def check_safe_to_write(target: Target, destroy_data: bool) -> None:
-    """Raise `UnsafeTargetError` if writing to the block device would destroy data in use.
+def loops_backed_by(path: str) -> list[str]:
+    """The loop devices (/dev/loopN) whose backing file is the file at `path`."""
+    found = []
+    for entry in sorted(Path("/sys/block").glob("loop*/loop/backing_file")):
+        backing = (_read(entry) or "").removesuffix(" (deleted)")
+        try:
+            if backing and os.path.samefile(backing, path):
+                found.append(f"/dev/{entry.parent.parent.name}")
+        except OSError:  # the backing file is gone, or lives in another mount namespace
+            continue
+    return found
 
-    Regular files always pass: the user named the file. `destroy_data` skips every check.
-    """
-    if target.kind != "block" or destroy_data:
+
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output_path(output) -> None:
+    """Raise `TargetError` if the results file `output` cannot be written at all: it is a
+    directory, or in a directory that does not exist. Checked before anything is opened."""
+    output = Path(output)
+    if output.is_dir():
+        raise TargetError(f"the results path {output} is a directory; give a file name such as "
+                          f"{output / 'results.parquet'}")
+    parent = output.parent if str(output.parent) else Path(".")
+    if not parent.is_dir():
+        raise TargetError(f"cannot write the results to {output}: the directory {parent} does not "
+                          "exist; create it first or choose another -o")
+
+
+def check_output(output, target: Target) -> None:
+    """`check_output_path`, and raise `TargetError` if the results file `output` would
+    replace the target itself, the file under a loop device target, or any loop device's
+    backing file."""
+    check_output_path(output)
+    output = Path(output)
+    if not output.exists():
         return
+    if target.kind == "file" and _same_file(output, target.path):
+        raise TargetError(f"the results path {output} is the target {target.path}: writing the "
+                          "results would replace it; choose another -o")
+    if target.backing_file and _same_file(output, target.backing_file):
+        raise TargetError(f"the results path {output} is the file behind the target {target.path}: "
+                          "writing the results would replace it; choose another -o")
+    loops = loops_backed_by(str(output))
+    if loops:
+        raise TargetError(f"the results path {output} backs {', '.join(loops)}: writing the results "
+                          "would replace that disk image; choose another -o")
+
+
+def _file_reasons(target: Target, destroy_data: bool) -> list[str]:
+    """Why writing to the regular file `target` would destroy data in use: the loop devices it
+    backs (always, when one is mounted or claimed) and what is written on it."""
+    reasons, busy = [], []
+    for loop in loops_backed_by(target.path):
+        try:
+            in_use = [r.removeprefix("it ") for r in _block_reasons(inspect_target(loop), signatures=False)
+                      if not r.startswith("it has partitions")]
+        except TargetError:
+            in_use = []
+        if in_use:
+            busy.append(f"it backs {loop}, which {' and '.join(in_use)}")
+        else:
+            reasons.append(f"it backs the loop device {loop}")
+    if busy:
+        # Nothing in the kernel stops a write through the file (a block device's O_EXCL
+        # does), so this one is refused even with --destroy-data.
+        raise UnsafeTargetError(
+            f"refusing to write to {target.path} because {'; '.join(busy)}. Unmount it and "
+            "detach the loop device (losetup -d) first, or pass --read-only to replay only the reads."
+        )
+    if destroy_data:
+        return []
+    return reasons + [f"it carries {s}" for s in _signatures(target.path)]
+
+
+def check_safe_to_write(target: Target, destroy_data: bool) -> None:
+    """Raise `UnsafeTargetError` if writing to the block device or file would destroy data in
+    use. `destroy_data` skips every check but one: a file behind a loop device that is
+    mounted or claimed (a block device in that state the kernel refuses to open O_EXCL)."""
+    if target.kind == "file":
+        reasons = _file_reasons(target, destroy_data)
+    elif target.kind != "block" or destroy_data:
+        return
+    else:
+        reasons = _block_reasons(target)
+    if reasons:
+        raise UnsafeTargetError(
+            f"refusing to write to {target.path} because {'; '.join(reasons)}. "
+            "Pass --destroy-data to write anyway, destroying its contents, "
+            "or --read-only to replay only the reads."
+        )
+
+
+def _block_reasons(target: Target, signatures: bool = True) -> list[str]:
+    """Why writing to the block device `target` would destroy data in use."""
     node = _sysfs(target.dev)
     parts = sorted(p for p in node.iterdir() if (p / "partition").exists()) if node else []
     devs = {target.dev: target.path}
@@ -291,12 +383,8 @@ def check_safe_to_write(target: Target, destroy_data: bool) -> None:
         reasons.append(f"it is held by {', '.join(holders)} (LVM, device-mapper or RAID)")
     if parts:
         reasons.append(f"it has partitions ({', '.join(p.name for p in parts)})")
-    reasons.extend(f"it carries {s}" for s in _signatures(target.path))
-    if not reasons and not unclaimed(target.path):
+    if signatures:
+        reasons.extend(f"it carries {s}" for s in _signatures(target.path))
+    if not reasons and not unclaimed(target.path, wait_s=1.0 if signatures else 0.0):
         reasons.append("it is in use (the kernel refused an exclusive open with EBUSY)")
-    if reasons:
-        raise UnsafeTargetError(
-            f"refusing to write to {target.path} because {'; '.join(reasons)}. "
-            "Pass --destroy-data to write anyway, destroying its contents, "
-            "or --read-only to replay only the reads."
-        )
+    return reasons

@@ -24,8 +24,14 @@ class Remap(str, Enum):
     scale = "scale"
 
 
+# Exit statuses of `replay run`, as the README lists them.
+EXIT_IO_FAILED = 3  # the run finished, but some I/Os failed (their -errno is in the results)
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): the I/Os done are kept
+
+
 class _Progress:
-    """A progress bar on stderr for runs longer than a second, when stderr is a terminal."""
+    """A progress bar on stderr when it is a terminal, from the first I/O: I/Os done of the
+    total, time elapsed and left, IOPS. The runner calls it several times a second."""
 
     def __init__(self):
         self.bar = None
@@ -33,43 +39,68 @@ class _Progress:
 
     def __call__(self, done, total, elapsed):
         if self.bar is None:
-            if elapsed < 1.0 or not sys.stderr.isatty():
+            if not sys.stderr.isatty():
                 return
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
-            self.bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), TextColumn("{task.fields[iops]}"),
+            self.bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TextColumn("I/Os"),
+                                TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                                TextColumn("{task.fields[iops]}"),
                                 console=Console(stderr=True), transient=True)
             self.bar.start()
             self.task = self.bar.add_task("replay", total=total, iops="")
         self.bar.update(self.task, completed=done, iops=f"{done / max(elapsed, 1e-9):,.0f} IOPS")
+
+    def echo(self, line):
+        """Print a line on stderr, above the bar while it shows."""
+        if self.bar is not None:
+            self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        else:
+            typer.echo(line, err=True)
 
     def close(self):
         if self.bar is not None:
             self.bar.stop()
 
 
+class _Notes(list):
+    """The run's notes, each printed as the runner adds it: those about the set-up (a scratch
+    file, an engine fallback) come before the run starts, not after it."""
+
+    def __init__(self, progress):
+        super().__init__()
+        self.progress = progress
+
+    def append(self, note):
+        super().append(note)
+        self.progress.echo(f"note: {note}")
+
+
 def run(
     trace: Annotated[str, typer.Argument(help="Trace file, or the name of a trace in the bundled library (for example: demo).")],
     target: Annotated[Optional[str], typer.Argument(help="Block device or regular file to replay on. Without it, a scratch file sized to the trace is made in the temporary directory and removed afterwards.")] = None,
-    speed: Annotated[float, typer.Option(help="Timing scale for original timing: 2 replays twice as fast, 0.5 at half speed.")] = 1.0,
+    speed: Annotated[float, typer.Option(help="Timing scale for original timing, a finite number above 0: 2 replays twice as fast, 0.5 at half speed.")] = 1.0,
     afap: Annotated[bool, typer.Option("--afap", help="Ignore the trace's timing and issue as fast as possible with --qd I/Os in flight.")] = False,
-    qd: Annotated[int, typer.Option(help="I/Os in flight with --afap.")] = 32,
-    max_inflight: Annotated[int, typer.Option(help="With original timing, the most I/Os in flight; when the target falls behind, I/Os wait and their lateness is recorded.")] = 1024,
-    workers: Annotated[int, typer.Option(help="Spread the I/Os over this many threads, each with its own engine and --qd/--max-inflight (row i goes to worker i mod N): the reviews' '32 threads at QD1' is --afap --workers 32 --qd 1.")] = 1,
+    qd: Annotated[int, typer.Option(help="I/Os in flight with --afap, from 1 to 32768 (the engine's limit).")] = 32,
+    max_inflight: Annotated[int, typer.Option(help="With original timing, the most I/Os in flight, from 1 to 32768; when the target falls behind, I/Os wait and their lateness is recorded.")] = 1024,
+    workers: Annotated[int, typer.Option(help="Spread the I/Os over this many threads, each with its own engine and --qd/--max-inflight (row i goes to worker i mod N): the reviews' '32 threads at QD1' is --afap --workers 32 --qd 1. From 1 to 256: each worker holds up to 17 MB of buffers, and more workers than that only take turns on the CPUs.")] = 1,
     engine: Annotated[Optional[Engine], typer.Option(help="I/O engine. The default is io_uring, or psync, with a notice, on drivers that run each I/O on the submitting CPU (zram, brd), where io_uring would hand every I/O to a kernel worker thread. io_uring falls back to psync, with a notice, where it is refused; null does no I/O (for testing the pipeline).", show_default=False)] = None,
     remap: Annotated[Remap, typer.Option(help="What to do when the trace spans more than the target holds: fail (refuse), wrap (offset modulo the size) or scale (proportionally).")] = Remap.fail,
     read_only: Annotated[bool, typer.Option("--read-only", help="Replay only the reads; writes, flushes and discards are skipped and counted.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the trace, the target and the mapping, then stop without issuing any I/O.")] = False,
-    data: Annotated[str, typer.Option(help="What writes carry: random (incompressible), zeros, or compressible:PCT (PCT percent zeros).")] = "random",
+    data: Annotated[str, typer.Option(help="What writes carry: random (incompressible), zeros, or compressible:PCT (PCT percent zeros, 0 to 100).")] = "random",
     destroy_data: Annotated[bool, typer.Option("--destroy-data", help="Write to a block device even though it looks in use (mounted, partitioned, holding a filesystem). Its data WILL be destroyed.")] = False,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results file (Parquet). Default: TRACE-TARGET-TIMESTAMP.parquet in the current directory.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON, with fio's key names, instead of a table.")] = False,
 ):
     """Replay TRACE on TARGET and record the intended, issue and completion time of every I/O.
 
-    Writing to a drive destroys its data. Example: replay run oltp /dev/sdc --speed 2
+    Writing to a drive destroys its data. Exit status: 0 when every I/O succeeded, 2 when
+    the input or an option is refused (nothing is written), 3 when the run finished but some
+    I/Os failed (counted and named by errno), 130 when interrupted (the I/Os done are kept).
+    Example: replay run oltp /dev/sdc --speed 2
     """
     from replay.runner import RunOptions, replay
 
@@ -77,19 +108,15 @@ def run(
                          engine=engine and engine.value, remap=remap.value, read_only=read_only,
                          dry_run=dry_run, data=data, destroy_data=destroy_data)
     progress = _Progress()
-    notices = []
+    notices = _Notes(progress)
     started = time.monotonic()
     try:
         outcome = replay(trace, target, options, output=output, progress=progress, notices=notices)
     except ReplayError as e:
         progress.close()
-        for n in notices:
-            typer.echo(f"note: {n}", err=True)
         fail(e)
     finally:
         progress.close()
-    for n in notices:
-        typer.echo(f"note: {n}", err=True)
     if dry_run:
         typer.echo(f"dry run: the trace and {outcome.target.path} check out; nothing was issued")
         return
@@ -104,4 +131,15 @@ def run(
     if outcome.interrupted:
         typer.echo(f"interrupted after {time.monotonic() - started:.1f} s: {outcome.rows} I/Os done "
                    f"are saved in {outcome.output}, marked interrupted", err=True)
-        raise typer.Exit(130)
+    total = outcome.summary.total()
+    if total.errors:
+        from analysis.summary import errno_name
+
+        by = ", ".join(f"{errno_name(code)} {n}" for code, n in sorted(total.errno_counts.items()))
+        typer.echo(f"{total.errors} of {total.ios} I/Os failed ({by}); IOPS and MB/s count only those "
+                   f"that succeeded, and each failure's -errno is in the result column of {outcome.output}",
+                   err=True)
+    if outcome.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if total.errors:
+        raise typer.Exit(EXIT_IO_FAILED)
