@@ -117,3 +117,34 @@ def test_traces_show_reports_chains_roots_and_think_time():
     assert "causal          chains:" in done.stdout and "think time      p50" in done.stdout
     done = replay_cli("traces", "show", "demo")  # synthetic: no pid, no latency
     assert "causal          - (needs the pid and latency_ns columns" in done.stdout
+
+
+# -- fixed work: the recipes record the application's own outcome ------------------------
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_oltp_fixed_work_records_pgbench_outcome(tmp_path):
+    from traces.capture.recipes import load
+
+    out = tmp_path / "oltp.parquet"
+    load("oltp").run(None, out, notices=[], transactions=50, seed=3, scale=1, clients=2,
+                     memory_mb=128, shared_buffers_mb=16)
+    meta = open_trace(out).metadata
+    outcome = meta["recipe"]["outcome"]
+    assert outcome["transactions"] == 100 and outcome["status"] == 0
+    assert outcome["tps"] > 0 and outcome["latency_ms"] > 0 and outcome["elapsed_s"] > 0
+    assert "-t 50 --random-seed=3" in meta["recipe"]["workload"]
+    assert "50 transactions per client (seed 3)" in meta["description"]
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_blob_fixed_work_records_operations_and_latency(tmp_path):
+    from traces.capture.recipes import load
+
+    out = tmp_path / "blob.parquet"
+    load("blob").run(None, out, notices=[], ops=60, populate_mb=64, clients=2, memory_mb=128)
+    outcome = open_trace(out).metadata["recipe"]["outcome"]
+    assert outcome["operations"] == 60 and sum(outcome["by_op"].values()) == 60
+    assert outcome["ops_per_s"] > 0 and outcome["latency_ms"]["p99"] >= outcome["latency_ms"]["p50"] > 0
+    assert outcome["elapsed_s"] >= outcome["store_elapsed_s"] > 0

@@ -4,10 +4,11 @@ index), populated first, then its mixed GET/PUT/DELETE phase captured on DEVICE.
 The load runs as its own process (`python -m traces.capture.recipes.blob_load`) inside the
 memory cgroup, so reads of blobs that are not hot reach the device.
 """
+import json
 import sqlite3
 import sys
 
-from traces.capture.recipes import blob_load
+from traces.capture.recipes import blob_load, timed
 from traces.capture.recipes.common import GIB, MIB, Session, parse_knobs
 from traces.capture.recipes.common import run as sh
 
@@ -18,6 +19,8 @@ DESCRIPTION = ("A SharePoint-like BLOB store: bodies of 64 KiB to 8 MiB (median 
 
 KNOBS = {
     "duration": (float, 60.0, "Seconds of mixed load to capture."),
+    "ops": (int, None, "Fixed work instead of --duration and --rate: this many operations, shared by "
+                       "the clients and run back to back, so the run takes as long as the drive makes it."),
     "clients": (int, 4, "Client processes, each with its own SQLite connection."),
     "rate": (float, 200.0, "Operations per second over all clients (Poisson arrivals)."),
     "populate_mb": (int, 2048, "MiB of blobs stored before the capture; keep it above the memory limit."),
@@ -31,7 +34,8 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
     knobs = parse_knobs(KNOBS, given)
     with Session("blob", knobs, notices) as s:
         # The populated store, what PUTs add in the window, and room to spare.
-        need = knobs["populate_mb"] * MIB * 2 + int(knobs["rate"] * knobs["duration"] * 0.15 * 2 * MIB)
+        puts = knobs["ops"] if knobs["ops"] is not None else knobs["rate"] * knobs["duration"]
+        need = knobs["populate_mb"] * MIB * 2 + int(puts * 0.15 * 2 * MIB)
         dev = s.device(device, destroy_data=destroy_data, scratch_size=max(2 * GIB, need + GIB))
         root = s.filesystem(dev, knobs["fs"])
         s.provenance["applications"] = {"sqlite": sqlite3.sqlite_version,
@@ -41,12 +45,30 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
            what="populating the BLOB store")
         s.remount()
         cgroup = s.memory_cgroup(knobs["memory_mb"] * MIB)
-        mixed = [*load, "mixed", root, "--duration", knobs["duration"], "--clients", knobs["clients"],
-                 "--rate", knobs["rate"], "--seed", knobs["seed"] + 1]
-        s.provenance["workload"] = "blob_load " + " ".join(map(str, mixed[3:])).replace(str(root), "MOUNTPOINT")
-        return s.capture(dev, output, command=cgroup.wrap(mixed), backend=backend,
-                         description=f"{DESCRIPTION} {knobs['clients']} clients at {knobs['rate']:g} "
-                                     f"operations/s for {knobs['duration']:g} s over "
-                                     f"{knobs['populate_mb']} MiB of blobs, memory limited to "
-                                     f"{knobs['memory_mb']} MiB, {knobs['fs']} on the device.",
-                         on_start=on_start)
+        fixed = knobs["ops"] is not None
+        store_outcome = s.tmpdir / "store.json"
+        work = (["--ops", knobs["ops"], "--outcome", store_outcome] if fixed
+                else ["--duration", knobs["duration"], "--rate", knobs["rate"]])
+        mixed = [*load, "mixed", root, *work, "--clients", knobs["clients"], "--seed", knobs["seed"] + 1]
+        s.provenance["workload"] = ("blob_load " + " ".join(map(str, mixed[3:])).replace(str(root), "MOUNTPOINT")
+                                    .replace(str(store_outcome), "OUTCOME"))
+        outcome_file = s.tmpdir / "outcome.json"
+        length = (f"{knobs['ops']} operations back to back" if fixed
+                  else f"at {knobs['rate']:g} operations/s for {knobs['duration']:g} s")
+
+        def describe(result):
+            recorded = timed.read(outcome_file)
+            store = {}
+            if fixed:
+                try:
+                    store = json.loads(store_outcome.read_text())
+                except (OSError, ValueError):
+                    pass
+            s.provenance["outcome"] = {"elapsed_s": recorded.get("elapsed_s"), "status": recorded.get("status"),
+                                       "unit": "operations", **{k: v for k, v in store.items() if k != "elapsed_s"},
+                                       "store_elapsed_s": store.get("elapsed_s")}
+            return (f"{DESCRIPTION} {knobs['clients']} clients, {length} over {knobs['populate_mb']} MiB of "
+                    f"blobs, memory limited to {knobs['memory_mb']} MiB, {knobs['fs']} on the device.")
+
+        return s.capture(dev, output, command=cgroup.wrap(timed.wrap(outcome_file, mixed)), backend=backend,
+                         description=describe, on_start=on_start)

@@ -7,8 +7,14 @@ file, fsync, rename, fsync the directory, then commit the row) and 5 % DELETE.
 
     python -m traces.capture.recipes.blob_load populate ROOT --mb 2048 --seed 1
     python -m traces.capture.recipes.blob_load mixed ROOT --duration 60 --clients 4 --rate 200
+    python -m traces.capture.recipes.blob_load mixed ROOT --ops 2000 --clients 4 --outcome out.json
+
+With --ops the work is fixed: the clients share that many operations and run them back to
+back (a closed loop), so the run takes as long as the drive makes it; --outcome writes the
+store's own figures (operations, operations/s, latency per operation) as JSON.
 """
 import argparse
+import json
 import multiprocessing
 import os
 import sqlite3
@@ -99,20 +105,27 @@ def _pick(rng, db) -> int | None:
     return row[0] if row else top
 
 
-def client(root: Path, until: float, rate: float, seed: int, counts) -> None:
-    """One client: operations at `rate` per second (Poisson arrivals) until `until`."""
+def client(root: Path, until: float, rate: float, seed: int, counts, ops: int | None = None) -> None:
+    """One client: operations at `rate` per second (Poisson arrivals) until `until`, or with
+    `ops`, that many operations back to back."""
     rng = np.random.default_rng(seed)
     db = connect(root)
     names, weights = zip(*MIX)
     due = time.monotonic()
     done = {n: 0 for n in names}
+    latencies = []
     while True:
-        due += rng.exponential(1.0 / rate)
-        now = time.monotonic()
-        if due >= until:
-            break
-        if due > now:
-            time.sleep(due - now)
+        if ops is not None:
+            if len(latencies) >= ops:
+                break
+        else:
+            due += rng.exponential(1.0 / rate)
+            now = time.monotonic()
+            if due >= until:
+                break
+            if due > now:
+                time.sleep(due - now)
+        began = time.monotonic()
         op = names[rng.choice(len(names), p=weights)]
         if op == "get":
             blob_id = _pick(rng, db)
@@ -138,14 +151,18 @@ def client(root: Path, until: float, rate: float, seed: int, counts) -> None:
                 db.execute("DELETE FROM blobs WHERE id = ?", (blob_id,))
                 blob_path(root, blob_id).unlink(missing_ok=True)
         done[op] += 1
+        latencies.append(time.monotonic() - began)
     db.close()
-    counts.put(done)
+    counts.put((done, latencies))
 
 
-def mixed(root: Path, duration: float, clients: int, rate: float, seed: int) -> dict:
-    until = time.monotonic() + duration
+def mixed(root: Path, duration: float, clients: int, rate: float, seed: int, ops: int | None = None,
+          outcome: Path | None = None) -> dict:
+    started = time.monotonic()
+    until = started + duration
     counts = multiprocessing.Queue()
-    procs = [multiprocessing.Process(target=client, args=(root, until, rate / clients, seed + i, counts))
+    share = [None] * clients if ops is None else [ops // clients + (i < ops % clients) for i in range(clients)]
+    procs = [multiprocessing.Process(target=client, args=(root, until, rate / clients, seed + i, counts, share[i]))
              for i in range(clients)]
     for p in procs:
         p.start()
@@ -161,10 +178,21 @@ def mixed(root: Path, duration: float, clients: int, rate: float, seed: int) -> 
         time.sleep(0.1)
     if any(p.exitcode for p in procs):
         raise SystemExit(f"a client failed: exit codes {[p.exitcode for p in procs]}")
-    totals = {}
+    totals, latencies = {}, []
     for _ in procs:
-        for k, v in counts.get(timeout=10).items():
+        done, lat = counts.get(timeout=10)
+        latencies += lat
+        for k, v in done.items():
             totals[k] = totals.get(k, 0) + v
+    elapsed = time.monotonic() - started
+    if outcome is not None:
+        lat = np.array(latencies) * 1e3
+        outcome.write_text(json.dumps({
+            "elapsed_s": elapsed, "operations": len(latencies), "by_op": totals,
+            "ops_per_s": len(latencies) / elapsed if elapsed else None,
+            "latency_ms": {"mean": float(lat.mean()), "p50": float(np.percentile(lat, 50)),
+                           "p99": float(np.percentile(lat, 99))} if len(lat) else {},
+            "unit": "operations", "reported_by": "blob_load"}))
     return totals
 
 
@@ -177,7 +205,9 @@ def main(argv=None) -> int:
     pop.add_argument("--seed", type=int, default=1)
     mix = sub.add_parser("mixed")
     mix.add_argument("root", type=Path)
-    mix.add_argument("--duration", type=float, required=True)
+    mix.add_argument("--duration", type=float, default=float("inf"))
+    mix.add_argument("--ops", type=int, help="fixed work: this many operations, back to back")
+    mix.add_argument("--outcome", type=Path, help="write the store's own figures here (JSON)")
     mix.add_argument("--clients", type=int, default=4)
     mix.add_argument("--rate", type=float, default=200.0)
     mix.add_argument("--seed", type=int, default=2)
@@ -185,7 +215,9 @@ def main(argv=None) -> int:
     if args.phase == "populate":
         populate(args.root, args.mb, args.seed)
     else:
-        totals = mixed(args.root, args.duration, args.clients, args.rate, args.seed)
+        if args.ops is None and args.duration == float("inf"):
+            parser.error("mixed needs --duration or --ops")
+        totals = mixed(args.root, args.duration, args.clients, args.rate, args.seed, args.ops, args.outcome)
         print("blob load:", ", ".join(f"{k} {v}" for k, v in sorted(totals.items())), file=sys.stderr)
     return 0
 

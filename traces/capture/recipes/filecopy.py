@@ -7,6 +7,7 @@ tmpfs, so reading it adds no I/O to the traced device.
 
 import numpy as np
 
+from traces.capture.recipes import timed
 from traces.capture.recipes.common import GIB, MIB, Session, parse_knobs, version_of
 
 DESCRIPTION = ("Copying a folder of pictures, videos, documents and thumbnails (generated, "
@@ -68,8 +69,18 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
         dest = mnt / "Home"
         copy = ["sh", "-c", 'cp -r "$0" "$1" && sync -f "$1"', source, dest]
         s.provenance["workload"] = "cp -r SOURCE MOUNTPOINT/Home && sync -f MOUNTPOINT/Home"
-        return s.capture(dev, output, command=cgroup.wrap(copy), backend=backend,
-                         description=f"{DESCRIPTION} {s.provenance['source_folder']['files']} files, "
-                                     f"{knobs['size_mb']} MiB, memory limited to {knobs['memory_mb']} "
-                                     f"MiB, {knobs['fs']} on the device.",
-                         on_start=on_start)
+        outcome_file = s.tmpdir / "outcome.json"
+
+        def describe(result):
+            recorded = timed.read(outcome_file)
+            elapsed = recorded.get("elapsed_s")
+            nbytes = s.provenance["source_folder"]["bytes"]
+            s.provenance["outcome"] = {"elapsed_s": elapsed, "status": recorded.get("status"),
+                                       "bytes": nbytes, "files": s.provenance["source_folder"]["files"],
+                                       "mb_per_s": nbytes / elapsed / MIB if elapsed else None,
+                                       "unit": "bytes", "reported_by": "the timer around cp and sync"}
+            return (f"{DESCRIPTION} {s.provenance['source_folder']['files']} files, {knobs['size_mb']} MiB, "
+                    f"memory limited to {knobs['memory_mb']} MiB, {knobs['fs']} on the device.")
+
+        return s.capture(dev, output, command=cgroup.wrap(timed.wrap(outcome_file, copy)), backend=backend,
+                         description=describe, on_start=on_start)

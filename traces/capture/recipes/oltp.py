@@ -8,17 +8,22 @@ a checkpoint falls inside the window.
 """
 import glob
 import os
+import re
 import shutil
 from pathlib import Path
 
 from traces.capture.recipes.common import GIB, MIB, RecipeError, Session, parse_knobs, require, version_of
 from traces.capture.recipes.common import run as sh
+from traces.capture.recipes import timed
 
 DESCRIPTION = ("PostgreSQL with pgbench's TPC-B-like load: 8 KiB random reads and writes of the "
                "tables, the WAL's sequential writes and flushes, and a checkpoint.")
 
 KNOBS = {
     "duration": (float, 40.0, "Seconds of pgbench load to capture."),
+    "transactions": (int, None, "Fixed work instead of --duration: this many transactions per client "
+                                "(pgbench -t), with --seed; the run takes as long as the drive makes it."),
+    "seed": (int, 1, "pgbench --random-seed (with --transactions)."),
     "clients": (int, 8, "pgbench clients (concurrent database sessions)."),
     "scale": (int, 40, "pgbench scale factor: about 15 MiB of tables per unit; keep it above the memory limit."),
     "memory_mb": (int, 256, "Memory cgroup limit for the server and pgbench, MiB (shared buffers and page cache count)."),
@@ -106,12 +111,37 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
         cgroup = s.memory_cgroup(knobs["memory_mb"] * MIB)
         s.defer(stop_postgres)  # before the cgroup's removal ends what is left
         sh(cgroup.wrap(_as_postgres([*pg_ctl, "start"])), what="pg_ctl start (see the server log)")
+        fixed = knobs["transactions"] is not None
+        work = (["-t", knobs["transactions"], f"--random-seed={knobs['seed']}"] if fixed
+                else ["-T", max(1, round(knobs["duration"]))])
         bench = [bindir / "pgbench", "-n", "-c", knobs["clients"], "-j", min(knobs["clients"], os.cpu_count() or 1),
-                 "-T", max(1, round(knobs["duration"])), *client, "postgres"]
+                 *work, *client, "postgres"]
         s.provenance["workload"] = "pgbench " + " ".join(map(str, bench[1:])).replace(str(sock), "SOCKDIR")
-        return s.capture(dev, output, command=cgroup.wrap(_as_postgres(bench)), backend=backend,
-                         description=f"{DESCRIPTION} {knobs['clients']} clients, scale {knobs['scale']}, "
-                                     f"{knobs['duration']:g} s, memory limited to {knobs['memory_mb']} MiB, "
-                                     f"{knobs['fs']} on the device.",
-                         on_start=on_start)
+        outcome_file = s.tmpdir / "outcome.json"
+        length = (f"{knobs['transactions']} transactions per client (seed {knobs['seed']})" if fixed
+                  else f"{knobs['duration']:g} s")
+
+        def describe(result):
+            s.provenance["outcome"] = outcome(timed.read(outcome_file))
+            return (f"{DESCRIPTION} {knobs['clients']} clients, scale {knobs['scale']}, {length}, memory "
+                    f"limited to {knobs['memory_mb']} MiB, {knobs['fs']} on the device.")
+
+        return s.capture(dev, output, command=cgroup.wrap(timed.wrap(outcome_file, _as_postgres(bench))),
+                         backend=backend, description=describe, on_start=on_start)
+
+
+def outcome(recorded: dict) -> dict:
+    """The application's own outcome from pgbench's report: elapsed time, transactions,
+    transactions per second and average latency as pgbench gives them."""
+    text = recorded.get("output", "")
+
+    def number(pattern):
+        m = re.search(pattern, text)
+        return float(m.group(1)) if m else None
+
+    processed = number(r"number of transactions actually processed: (\d+)")
+    return {"elapsed_s": recorded.get("elapsed_s"), "status": recorded.get("status"),
+            "transactions": None if processed is None else int(processed),
+            "tps": number(r"tps = ([\d.]+)"), "latency_ms": number(r"latency average = ([\d.]+) ms"),
+            "unit": "transactions", "reported_by": "pgbench"}
 
