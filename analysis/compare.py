@@ -6,6 +6,7 @@ windows of each run. Only the CLI prints; bad input raises CompareError or Resul
 """
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -340,6 +341,17 @@ def _fmt(v, unit):
     return f"{v:.3g}"
 
 
+def target_label(target: dict, fallback: str = "target") -> str:
+    """The name of a run's target: its path, or "scratch" for the temporary file `replay run`
+    makes without a TARGET (replay.targets.scratch_target: TMPDIR/tracereplay-XXXX/scratch.img),
+    whose path is gone after the run and differs every time."""
+    path = str(target.get("path") or "")
+    if target.get("scratch") or (target.get("kind") == "file" and Path(path).name == "scratch.img"
+                                 and Path(path).parent.name.startswith("tracereplay-")):
+        return "scratch"
+    return path or fallback
+
+
 def _group(inputs, labels):
     if labels:
         if len(labels) != len(inputs):
@@ -347,7 +359,7 @@ def _group(inputs, labels):
                                "the same label for repeat runs of one target")
         keys = list(labels)
     else:
-        keys = [str(r.target.get("path") or r.path) for r in inputs]
+        keys = [target_label(r.target, str(r.path)) for r in inputs]
         if len(set(keys)) == 1 and len(inputs) > 1:
             keys = [r.path.stem if isinstance(r, Results) else r.path.name for r in inputs]
     groups = {}

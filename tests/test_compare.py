@@ -181,3 +181,19 @@ def test_force_compares_different_traces(made):
         compare([made["a"], made["other"]])
     c = compare([made["a"], made["other"]], force=True)
     assert any("different traces" in n for n in c.notes)
+
+
+def test_scratch_runs_of_one_trace_are_one_target_labelled_scratch(tmp_path):
+    """Without a TARGET, each run replays on its own temporary scratch file, removed after it:
+    two such runs are repeat runs of one target, "scratch", not two deleted paths."""
+    scratch = [replay("demo", None, RunOptions(afap=True), output=tmp_path / f"s{i}.parquet").output
+               for i in (1, 2)]
+    null = replay("demo", None, RunOptions(engine="null", afap=True), output=tmp_path / "n.parquet").output
+    paths = [load(s).target["path"] for s in scratch]
+    assert paths[0] != paths[1] and all(p.endswith("/scratch.img") for p in paths)
+    c = compare([*scratch, null])
+    assert [t.label for t in c.targets] == ["scratch", "(null engine)"]
+    assert len(c.targets[0].runs) == 2 and c.targets[0].noise.startswith("2 repeat runs")
+    done = replay_cli("compare", *scratch, null, "--json")
+    assert done.returncode == 0, done.stderr
+    assert [t["label"] for t in json.loads(done.stdout)["targets"]] == ["scratch", "(null engine)"]
