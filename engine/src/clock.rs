@@ -30,17 +30,76 @@ pub fn set_precise_timer_slack() {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
 }
 
-/// Keep SIGINT and SIGTERM away from engine threads, so the kernel delivers them to
-/// Python's main thread, which turns them into KeyboardInterrupt and asks the engine to stop.
-pub fn block_termination_signals() {
-    // SAFETY: sigset operations on a local, zero-initialised set; pthread_sigmask only
-    // changes the calling thread's mask.
+/// The signals an engine thread or psync I/O thread never takes: the kernel delivers each to
+/// a thread that does not block it, and only Python's main thread runs Python's handlers.
+/// SIGINT is Ctrl-C (KeyboardInterrupt); SIGTERM and SIGHUP are the runner's to turn into a
+/// clean stop (this module only keeps them away from our threads; what the run does with them
+/// is Python's handlers' business); SIGALRM is the runner's time limit.
+const BLOCKED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGALRM];
+
+fn blocked_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a local set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        for sig in BLOCKED {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
+}
+
+/// Start a thread with SIGINT, SIGTERM, SIGHUP and SIGALRM blocked from its first
+/// instruction: the calling thread blocks them around the spawn, which the new thread
+/// inherits, then restores its own mask.
+pub fn spawn_without_signals<F, T>(builder: std::thread::Builder, f: F) -> std::io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let set = blocked_set();
+    // SAFETY: `old` is a writable sigset; pthread_sigmask only changes this thread's mask,
+    // and the second call puts back exactly what the first saved.
+    unsafe {
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        let spawned = builder.spawn(f);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        spawned
+    }
+}
+
+/// The time source of the core loop. Production uses `Monotonic` (a zero-sized type, so the
+/// generic loop compiles to direct calls); the pacing tests drive the loop with a clock they
+/// advance themselves.
+pub trait Clock {
+    /// Now, in ns.
+    fn now(&self) -> i64;
+    /// Return no earlier than `t` (ns).
+    fn wait_until(&self, t: i64);
+}
+
+/// CLOCK_MONOTONIC, waited on by sleeping and then spinning the last `SPIN_NS`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Monotonic;
+
+impl Clock for Monotonic {
+    #[inline]
+    fn now(&self) -> i64 {
+        now_ns()
+    }
+
+    fn wait_until(&self, t: i64) {
+        loop {
+            let left = t - now_ns();
+            if left <= SPIN_NS {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_nanos((left - SPIN_NS).min(50_000_000) as u64));
+        }
+        while now_ns() < t {
+            std::hint::spin_loop();
+        }
     }
 }
 

@@ -12,6 +12,10 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 /// O_DIRECT needs buffers aligned to the logical block size; 4 KiB covers every device here.
 pub const ALIGN: usize = 4096;
 
+/// The longest read or write there are buffers for: Linux's MAX_RW_COUNT, the most one
+/// read or write system call transfers (2 GiB less 4 KiB). It fits the 32 bits of an SQE.
+pub const MAX_DATA_LENGTH: usize = 0x7fff_f000;
+
 /// What writes carry. Compressing controllers score differently on each.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum DataPattern {
@@ -112,9 +116,10 @@ pub struct Buffers {
 }
 
 impl Buffers {
-    /// `max_length` is the largest I/O of the trace.
-    /// `max_length` is the largest I/O of the trace, `depth` the most I/Os in flight.
+    /// `max_length` is the longest read or write of the trace (discards and flushes carry no
+    /// data), `depth` the most I/Os in flight.
     pub fn new(max_length: usize, depth: usize, pattern: DataPattern) -> Self {
+        assert!(max_length <= MAX_DATA_LENGTH, "no buffers for {max_length}-byte I/Os: at most {MAX_DATA_LENGTH}");
         let slot = max_length.max(1).next_multiple_of(ALIGN);
         let pool_size = (2 * slot).max(8 << 20);
         let read = AlignedBuf::zeroed(slot * depth.clamp(1, pool_size / slot));
@@ -123,21 +128,32 @@ impl Buffers {
         Self { read, pool, read_slot: slot }
     }
 
+    /// The longest read or write these buffers hold.
+    pub fn max_length(&self) -> usize {
+        self.read_slot
+    }
+
     /// Where the write of row `row`, `len` bytes long, takes its data: an aligned position
-    /// in the pool picked by hashing the row.
+    /// in the pool picked by hashing the row. Panics if `len` exceeds `max_length()`: the
+    /// caller validated lengths, and a pointer past the pool must never be made.
     #[inline]
-    pub fn write_source(&self, row: u64, len: usize) -> *mut u8 {
+    pub fn write_source(&self, row: u64, len: usize) -> *const u8 {
+        assert!(len <= self.read_slot, "a {len}-byte write is longer than the {}-byte buffers", self.read_slot);
         let slots = ((self.pool.len() - len.next_multiple_of(ALIGN)) / ALIGN + 1) as u64;
         let slot = splitmix64(row) % slots;
-        // SAFETY: slot * ALIGN + len <= pool.len() by the choice of `slots`.
+        // SAFETY: slot * ALIGN + len <= pool.len() by the choice of `slots`, and
+        // len <= read_slot <= pool.len() / 2, so the subtraction above cannot wrap.
         unsafe { self.pool.ptr().add(slot as usize * ALIGN) }
     }
 
-    /// Where the read of row `row` puts its data: the read area's slots in turn.
+    /// Where the read of row `row`, `len` bytes long, puts its data: the read area's slots in
+    /// turn. Panics if `len` exceeds `max_length()`.
     #[inline]
-    pub fn read_destination(&self, row: u64) -> *mut u8 {
+    pub fn read_destination(&self, row: u64, len: usize) -> *mut u8 {
+        assert!(len <= self.read_slot, "a {len}-byte read is longer than the {}-byte buffers", self.read_slot);
         let slot = row as usize % (self.read.len() / self.read_slot);
-        // SAFETY: slot < number of slots, so the slot lies inside the read area.
+        // SAFETY: slot < number of slots, so the slot (read_slot >= len bytes) lies inside
+        // the read area.
         unsafe { self.read.ptr().add(slot * self.read_slot) }
     }
 }
@@ -162,12 +178,25 @@ mod tests {
         assert_eq!(b.pool.ptr() as usize % ALIGN, 0);
         for row in 0..10_000u64 {
             let len = 4096 * (1 + row as usize % 256);
-            for (p, buf) in [(b.write_source(row, len), &b.pool), (b.read_destination(row), &b.read)] {
+            for (p, buf) in [(b.write_source(row, len), &b.pool), (b.read_destination(row, len).cast_const(), &b.read)] {
                 let (p, start) = (p as usize, buf.ptr() as usize);
                 assert_eq!(p % ALIGN, 0);
                 assert!(p >= start && p + len <= start + buf.len());
             }
         }
+    }
+
+    #[test]
+    #[should_panic(expected = "longer than")]
+    fn a_read_longer_than_the_buffers_is_refused() {
+        Buffers::new(4096, 4, DataPattern::Zeros).read_destination(0, 8192);
+    }
+
+    #[test]
+    #[should_panic(expected = "longer than")]
+    fn a_write_longer_than_the_buffers_is_refused() {
+        // The pool is 8 MiB, but the buffers were built for 4 KiB I/Os.
+        Buffers::new(4096, 4, DataPattern::Zeros).write_source(0, 1 << 20);
     }
 
     #[test]

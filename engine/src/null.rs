@@ -3,7 +3,7 @@
 
 use std::io;
 
-use crate::backend::{Engine, Io, Wait, OP_FLUSH};
+use crate::backend::{Completion, Engine, Entered, Io, Wait};
 use crate::clock::now_ns;
 
 pub struct NullEngine {
@@ -17,12 +17,11 @@ impl NullEngine {
 }
 
 impl Engine for NullEngine {
-    fn queue(&mut self, io: Io) {
-        let result = if io.op == OP_FLUSH { 0 } else { io.len as i64 };
-        self.staged.push((io.token, result));
+    unsafe fn queue(&mut self, io: Io) {
+        self.staged.push((io.token, io.bytes()));
     }
 
-    fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(u64, i64, i64)) -> io::Result<usize> {
+    fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(Completion)) -> io::Result<Entered> {
         if self.staged.is_empty() {
             if let Wait::Until(t) = wait {
                 // Nothing can complete: sleep to the deadline like a real engine would.
@@ -31,13 +30,14 @@ impl Engine for NullEngine {
                     std::thread::sleep(std::time::Duration::from_nanos(left as u64));
                 }
             }
-            return Ok(0);
+            return Ok(Entered::default());
         }
+        // "Submitted" and complete in the same instant.
         let now = now_ns();
-        let n = self.staged.len();
+        let reaped = self.staged.len();
         for (token, result) in self.staged.drain(..) {
-            done(token, result, now);
+            done(Completion { token, result, issue_ns: None, complete_ns: now });
         }
-        Ok(n)
+        Ok(Entered { reaped, submitted_ns: Some(now) })
     }
 }

@@ -6,9 +6,9 @@
 //!   worker thread and its completion back; here one thread per CPU runs them, the engine
 //!   thread among them whenever it would otherwise wait (`inline`).
 //!
-//! Either way an I/O queued but not yet picked up by a thread counts as in flight, as it does
-//! in io_uring's worker queue: its latency includes the wait. Each thread times its own
-//! syscall's end.
+//! Either way an I/O is issued when a thread starts its system call: the thread reads the clock
+//! right before pread/pwrite/ioctl and again after it, and both times come back with the
+//! completion. The wait in the queue before that counts as lateness, not as device latency.
 
 use std::collections::VecDeque;
 use std::io;
@@ -18,13 +18,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::backend::{Engine, Io, Wait, OP_DISCARD, OP_FLUSH, OP_READ};
-use crate::clock::now_ns;
+use crate::backend::{Completion, Engine, Entered, Io, IoKind, Wait};
+use crate::clock::{now_ns, spawn_without_signals};
 
 /// BLKDISCARD = _IO(0x12, 119): discard a byte range [start, start + len) of a block device.
 const BLKDISCARD: libc::c_ulong = (0x12 << 8) | 119;
-
-type Completion = (u64, i64, i64);
 
 #[derive(Default)]
 struct Jobs {
@@ -116,11 +114,9 @@ impl PsyncEngine {
         };
         for i in 0..threads {
             let shared = Arc::clone(&shared);
-            let t = std::thread::Builder::new().name(format!("psync-{i}")).spawn(move || {
-                crate::clock::block_termination_signals();
+            let t = spawn_without_signals(std::thread::Builder::new().name(format!("psync-{i}")), move || {
                 while let Some(io) = shared.next_job() {
-                    let result = perform(fd, &io, is_block);
-                    shared.complete((io.token, result, now_ns()));
+                    shared.complete(perform(fd, &io, is_block));
                 }
             })?;
             engine.threads.push(t); // on an error here, dropping `engine` ends the others
@@ -174,58 +170,57 @@ impl PsyncEngine {
     }
 }
 
-fn perform(fd: RawFd, io: &Io, is_block: bool) -> i64 {
-    let (off, len) = (io.offset as libc::off_t, io.len as usize);
-    // SAFETY: `io.buf` points at `len` bytes of the run's buffers (see backend::Io); `fd` is
-    // the run's open target, closed only after these threads are joined.
+/// Runs one I/O, timing the start and the end of its system call.
+fn perform(fd: RawFd, io: &Io, is_block: bool) -> Completion {
+    let off = io.offset as libc::off_t; // < 2^63: the boundary refuses larger offsets
+    let issue_ns = now_ns();
+    // SAFETY: a data I/O's buffer is valid for its length until this completion is reported
+    // (the contract of `Engine::queue`); `fd` is the run's open target, closed only after
+    // these threads are joined.
     let ret = unsafe {
-        match io.op {
-            OP_READ => libc::pread(fd, io.buf.cast(), len, off) as i64,
-            OP_FLUSH => libc::fdatasync(fd) as i64,
-            OP_DISCARD if is_block => {
-                let range = [io.offset, io.len as u64];
+        match io.kind {
+            IoKind::Read { buf, len } => libc::pread(fd, buf.cast(), len as usize, off) as i64,
+            IoKind::Write { buf, len, fua } => {
+                let iov = libc::iovec { iov_base: buf.cast_mut().cast(), iov_len: len as usize };
+                libc::pwritev2(fd, &iov, 1, off, if fua { libc::RWF_DSYNC } else { 0 }) as i64
+            }
+            IoKind::Flush => libc::fdatasync(fd) as i64,
+            IoKind::Discard { len } if is_block => {
+                let range: [u64; 2] = [io.offset, len];
                 libc::ioctl(fd, BLKDISCARD, range.as_ptr()) as i64
             }
-            OP_DISCARD => libc::fallocate(
+            IoKind::Discard { len } => libc::fallocate(
                 fd,
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                 off,
-                len as libc::off_t,
+                len as libc::off_t, // < 2^63, as the offset
             ) as i64,
-            _ => {
-                let iov = libc::iovec { iov_base: io.buf.cast(), iov_len: len };
-                let flags = if io.fua { libc::RWF_DSYNC } else { 0 };
-                libc::pwritev2(fd, &iov, 1, off, flags) as i64
-            }
         }
     };
-    if ret < 0 {
-        -(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as i64)
-    } else {
-        ret
-    }
+    let result = if ret < 0 { -(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as i64) } else { ret };
+    Completion { token: io.token, result, issue_ns: Some(issue_ns), complete_ns: now_ns() }
 }
 
 impl Engine for PsyncEngine {
-    fn queue(&mut self, io: Io) {
+    unsafe fn queue(&mut self, io: Io) {
         self.staged.push(io);
     }
 
-    fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(u64, i64, i64)) -> io::Result<usize> {
+    fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(Completion)) -> io::Result<Entered> {
         // Rather than sleep until a thread finishes an I/O, the engine thread runs one itself
         // (never while it spins towards a deadline: that is Wait::No).
-        let mut n = 0;
+        let mut reaped = 0;
         if let Some(io) = self.submit(self.inline && wait != Wait::No) {
-            let result = perform(self.fd, &io, self.is_block);
-            done(io.token, result, now_ns());
-            n += 1;
+            done(perform(self.fd, &io, self.is_block));
+            reaped += 1;
             self.take(Wait::No);
         } else {
             self.take(wait);
         }
-        n += self.reaped.len();
-        self.reaped.drain(..).for_each(|(token, result, at)| done(token, result, at));
-        Ok(n)
+        reaped += self.reaped.len();
+        self.reaped.drain(..).for_each(&mut *done);
+        // Each completion carries its own issue time: nothing is submitted here.
+        Ok(Entered { reaped, submitted_ns: None })
     }
 }
 
@@ -263,8 +258,9 @@ mod tests {
             while inflight < depth && next < BLOCKS {
                 let block = order[next];
                 let buf = bufs[block * 4096..].as_mut_ptr();
-                let io = Io { token: block as u64, op: OP_READ, fua: false, offset: (block * 4096) as u64, len: 4096, buf };
-                engine.queue(io);
+                let io = Io { token: block as u64, offset: (block * 4096) as u64, kind: IoKind::Read { buf, len: 4096 } };
+                // SAFETY: `buf` is 4096 bytes of `bufs`, untouched until the engine is dropped.
+                unsafe { engine.queue(io) };
                 next += 1;
                 inflight += 1;
             }
@@ -273,11 +269,13 @@ mod tests {
                 w => w,
             };
             let n = engine
-                .enter(wait, &mut |token, result, at| {
-                    assert!(at > 0);
-                    assert!(seen.insert(token, result).is_none(), "I/O {token} completed twice");
+                .enter(wait, &mut |c| {
+                    let issue = c.issue_ns.expect("psync times each I/O's start");
+                    assert!(issue > 0 && c.complete_ns >= issue);
+                    assert!(seen.insert(c.token, c.result).is_none(), "I/O {} completed twice", c.token);
                 })
-                .unwrap();
+                .unwrap()
+                .reaped;
             assert!(n >= each_enter, "an enter reaped {n}");
             inflight -= n;
         }

@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -18,10 +18,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::backend::Engine;
-use crate::data::{Buffers, DataPattern};
+use crate::clock::{spawn_without_signals, Monotonic};
+use crate::data::{Buffers, DataPattern, MAX_DATA_LENGTH};
 use crate::null::NullEngine;
 use crate::psync::PsyncEngine;
-use crate::run::{run, Chunk, ChunkResult, Mode, Summary};
+use crate::run::{run, Chunk, ChunkResult, Mode, Summary, START_UNSET};
 use crate::uring::UringEngine;
 
 pyo3::create_exception!(
@@ -54,15 +55,21 @@ pub struct Replayer {
     input: Option<SyncSender<Chunk>>,
     output: Mutex<Receiver<ChunkResult>>,
     stop: Arc<AtomicBool>,
+    /// The run's start on the monotonic clock, or START_UNSET: read by the engine thread when
+    /// the first chunk arrives.
+    start: Arc<AtomicI64>,
     thread: Option<JoinHandle<RunOutcome>>,
     next_base: u64,
+    max_length: usize,
 }
 
-/// Block devices are opened O_EXCL: the kernel then refuses (EBUSY) one that is mounted or
-/// claimed, and keeps anyone from mounting it while the replay runs.
+/// A block device opened for writing is opened O_EXCL: the kernel then refuses (EBUSY) one
+/// that is mounted or claimed, and keeps anyone from mounting it while the replay writes.
+/// A read-only replay takes no claim, so it runs on a mounted disk (the system disk
+/// included) and never opens it for writing.
 fn open_target(path: &str, writable: bool, direct: bool, is_block: bool) -> io::Result<File> {
     let direct = if direct { libc::O_DIRECT } else { 0 };
-    let exclusive = if is_block { libc::O_EXCL } else { 0 };
+    let exclusive = if is_block && writable { libc::O_EXCL } else { 0 };
     OpenOptions::new().read(true).write(writable).custom_flags(direct | exclusive).open(path)
 }
 
@@ -70,9 +77,10 @@ fn open_target(path: &str, writable: bool, direct: bool, is_block: bool) -> io::
 impl Replayer {
     /// engine: "io_uring", "psync" or "null"; depth: the most I/Os in flight (--qd in afap,
     /// --max-inflight in original mode); sync_driver: a block device whose driver runs each
-    /// I/O on the submitting CPU (zram, brd), see `PsyncEngine::new`; max_length: the largest
-    /// I/O in the trace, in bytes; start_ns: the run's start on the monotonic clock, for runs
-    /// that must share one.
+    /// I/O on the submitting CPU (zram, brd), see `PsyncEngine::new`; max_length: the longest
+    /// read or write to be pushed, in bytes (the buffers' size; discards and flushes carry
+    /// no data); start_ns: the run's start on the monotonic clock, for runs that must share
+    /// one (see also `start_at`).
     #[new]
     #[pyo3(signature = (target=None, *, engine="io_uring", afap=false, speed=1.0, depth=256,
                         writable=false, direct=true, is_block=false, sync_driver=false, max_length=1<<20,
@@ -99,6 +107,11 @@ impl Replayer {
         if depth == 0 || depth > 32768 {
             return Err(PyValueError::new_err(format!("depth must be between 1 and 32768, not {depth}")));
         }
+        if max_length > MAX_DATA_LENGTH {
+            return Err(PyValueError::new_err(format!(
+                "max_length must be at most {MAX_DATA_LENGTH} bytes (the most one read or write transfers), not {max_length}"
+            )));
+        }
         let pattern = DataPattern::parse(data).map_err(PyValueError::new_err)?;
         let mode = if afap { Mode::Afap } else { Mode::Original { speed } };
         let bufs = Buffers::new(max_length, depth, pattern);
@@ -123,13 +136,12 @@ impl Replayer {
         let (out_tx, out_rx) = channel();
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("replay-engine".into())
-            .spawn(move || {
-                crate::clock::block_termination_signals();
+        let start = Arc::new(AtomicI64::new(start_ns.unwrap_or(START_UNSET)));
+        let start_flag = Arc::clone(&start);
+        let thread = spawn_without_signals(std::thread::Builder::new().name("replay-engine".into()), move || {
                 crate::clock::set_precise_timer_slack();
                 let mut eng = eng;
-                let summary = run(eng.as_mut(), &bufs, mode, depth, start_ns, in_rx, out_tx, &stop_flag);
+                let summary = run(eng.as_mut(), &bufs, mode, depth, &start_flag, in_rx, out_tx, &stop_flag, &Monotonic);
                 // Order matters: the engine (its ring, its threads) goes before the buffers
                 // it points into and the file it uses.
                 drop(eng);
@@ -138,11 +150,29 @@ impl Replayer {
                 summary
             })
             .map_err(|e| os_error("cannot start the engine thread", e))?;
-        Ok(Self { input: Some(in_tx), output: Mutex::new(out_rx), stop, thread: Some(thread), next_base: 0 })
+        Ok(Self { input: Some(in_tx), output: Mutex::new(out_rx), stop, start, thread: Some(thread), next_base: 0, max_length })
+    }
+
+    /// Set the run's start, `start_ns` on the monotonic clock (time.monotonic_ns()): the
+    /// instant rows' deadlines count from and the engine waits for before issuing. Call it
+    /// before the first `push`; it replaces the constructor's `start_ns`. Several workers
+    /// built one after another call it with one common instant, so they start together.
+    fn start_at(&self, start_ns: i64) -> PyResult<()> {
+        if self.next_base > 0 {
+            return Err(PyRuntimeError::new_err("start_at after the first push: the run has started"));
+        }
+        if start_ns == START_UNSET {
+            return Err(PyValueError::new_err(format!("start_at: {start_ns} is not a time")));
+        }
+        self.start.store(start_ns, Ordering::Release);
+        Ok(())
     }
 
     /// Hand the engine the next rows of the trace. Blocks (without the GIL) while the
-    /// engine's queue is full.
+    /// engine's queue is full. Every row is checked first: an unknown op, a negative offset
+    /// or length, offset + length past 64 bits, or a read or write longer than `max_length`
+    /// raises ValueError naming the row (its index among all rows pushed), and nothing of the
+    /// chunk is queued.
     #[pyo3(signature = (ts_ns, op, offset, length, flags=None))]
     fn push(
         &mut self,
@@ -158,14 +188,17 @@ impl Replayer {
         if lens.iter().any(|&l| l != n) {
             return Err(PyValueError::new_err("push: all columns must have the same length"));
         }
-        let mut chunk = Some(Chunk {
-            base: self.next_base,
-            ts_ns: ts_ns.as_slice()?.to_vec(),
-            op: op.as_slice()?.to_vec(),
-            offset: offset.as_slice()?.to_vec(),
-            length: length.as_slice()?.to_vec(),
-            flags: flags.map(|f| f.as_slice().map(<[u8]>::to_vec)).transpose()?,
-        });
+        let chunk = Chunk::new(
+            self.next_base,
+            ts_ns.as_slice()?.to_vec(),
+            op.as_slice()?.to_vec(),
+            offset.as_slice()?.to_vec(),
+            length.as_slice()?.to_vec(),
+            flags.map(|f| f.as_slice().map(<[u8]>::to_vec)).transpose()?,
+            self.max_length,
+        )
+        .map_err(|e| PyValueError::new_err(format!("push: {e}")))?;
+        let mut chunk = Some(chunk);
         let input = self.input.as_ref().ok_or_else(|| PyRuntimeError::new_err("push after close"))?;
         loop {
             match input.try_send(chunk.take().expect("chunk")) {

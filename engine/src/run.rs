@@ -1,15 +1,19 @@
 //! The core of a replay: paces rows to their deadlines, hands them to an engine, and writes
 //! every row's intended, issue and completion time and result into arrays preallocated per
-//! chunk. The trace arrives as a stream of chunks; finished chunks leave in order.
+//! chunk. The trace arrives as a stream of chunks, checked row by row as they come in;
+//! finished chunks leave in order. Each turn of the loop is three steps, as in fio and
+//! liburing: issue what is due, reap (submit and wait in one `enter`), retire finished chunks.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::Duration;
 
-use crate::backend::{Engine, Io, Wait, FLAG_FUA, OP_DISCARD, OP_WRITE};
-use crate::clock::{intended_ns, now_ns, thread_cpu_ns, SPIN_NS};
+use crate::backend::{Engine, Io, IoKind, Wait, FLAG_FUA, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE};
+use crate::clock::{intended_ns, thread_cpu_ns, Clock, SPIN_NS};
 use crate::data::Buffers;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,19 +27,107 @@ pub enum Mode {
 /// Never block longer than this, so a stop request is seen promptly even in a long idle gap.
 const MAX_BLOCK_NS: i64 = 50_000_000;
 
-/// A slice of the trace: the columns the engine needs, rows `base..base + len`.
+/// `run`'s start when none was set: the first chunk's arrival.
+pub const START_UNSET: i64 = i64::MIN;
+
+/// A row the engine cannot run, found before any row of its chunk is queued.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadRow {
+    /// The row's index in the whole stream (all chunks pushed), not in its chunk.
+    pub row: u64,
+    pub problem: String,
+}
+
+impl fmt::Display for BadRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "row {}: {}", self.row, self.problem)
+    }
+}
+
+/// What is wrong with one row, if anything, for buffers of `max_length` bytes.
+fn check_row(op: u8, offset: i64, length: i64, max_length: u64) -> Result<(), String> {
+    let name = match op {
+        OP_READ => "read",
+        OP_WRITE => "write",
+        OP_DISCARD | OP_FLUSH => "",
+        _ => return Err(format!("unknown op {op} (valid: 0 read, 1 write, 2 discard, 3 flush)")),
+    };
+    if offset < 0 {
+        return Err(format!("negative offset {offset}"));
+    }
+    if length < 0 {
+        return Err(format!("negative length {length}"));
+    }
+    if offset.checked_add(length).is_none() {
+        return Err(format!("offset {offset} + length {length} overflows 64 bits"));
+    }
+    if !name.is_empty() && length as u64 > max_length {
+        return Err(format!(
+            "a {length}-byte {name} is longer than the {max_length}-byte buffers the engine was built with (max_length)"
+        ));
+    }
+    Ok(())
+}
+
+/// A slice of the trace: the columns the engine needs, rows `base..base + len`. Built only
+/// by `Chunk::new`, which checks every row, so the loop can trust them.
 pub struct Chunk {
-    pub base: u64,
-    pub ts_ns: Vec<i64>,
-    pub op: Vec<u8>,
-    pub offset: Vec<i64>,
-    pub length: Vec<i64>,
-    pub flags: Option<Vec<u8>>,
+    base: u64,
+    ts_ns: Vec<i64>,
+    op: Vec<u8>,
+    offset: Vec<i64>,
+    length: Vec<i64>,
+    flags: Option<Vec<u8>>,
 }
 
 impl Chunk {
+    /// Checks that the columns have one length and that every row is one the engine can run
+    /// with buffers of `max_length` bytes: a known op, offset and length >= 0, offset + length
+    /// within 64 bits, and a read or write no longer than the buffers.
+    pub fn new(
+        base: u64,
+        ts_ns: Vec<i64>,
+        op: Vec<u8>,
+        offset: Vec<i64>,
+        length: Vec<i64>,
+        flags: Option<Vec<u8>>,
+        max_length: usize,
+    ) -> Result<Self, BadRow> {
+        let n = op.len();
+        if ts_ns.len() != n || offset.len() != n || length.len() != n || flags.as_ref().is_some_and(|f| f.len() != n) {
+            return Err(BadRow { row: base, problem: "the columns of a chunk must all have the same length".into() });
+        }
+        for i in 0..n {
+            check_row(op[i], offset[i], length[i], max_length as u64)
+                .map_err(|problem| BadRow { row: base + i as u64, problem })?;
+        }
+        Ok(Self { base, ts_ns, op, offset, length, flags })
+    }
+
     pub fn len(&self) -> usize {
         self.op.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.op.is_empty()
+    }
+
+    /// Row `i` as an I/O, its data buffer taken from `bufs` (which checks its length).
+    #[inline]
+    fn io(&self, i: usize, bufs: &Buffers) -> Io {
+        let token = self.base + i as u64;
+        let len = self.length[i]; // >= 0, and <= the buffers for data: checked in `new`
+        let kind = match self.op[i] {
+            OP_READ => IoKind::Read { buf: bufs.read_destination(token, len as usize), len: len as u32 },
+            OP_WRITE => {
+                let fua = self.flags.as_ref().is_some_and(|f| f[i] & FLAG_FUA != 0);
+                IoKind::Write { buf: bufs.write_source(token, len as usize), len: len as u32, fua }
+            }
+            OP_DISCARD => IoKind::Discard { len: len as u64 },
+            OP_FLUSH => IoKind::Flush,
+            op => unreachable!("row {token}: op {op} passed Chunk::new"),
+        };
+        Io { token, offset: self.offset[i] as u64, kind }
     }
 }
 
@@ -83,24 +175,117 @@ pub struct Summary {
     pub cpu_ns: i64,
 }
 
+/// The state of one run between the steps of its loop.
+struct Core<'a, C: Clock> {
+    engine: &'a mut dyn Engine,
+    bufs: &'a Buffers,
+    clock: &'a C,
+    mode: Mode,
+    depth: usize,
+    t0: i64,
+    active: VecDeque<Active>,
+    inflight: usize,
+    rows_issued: u64,
+}
+
+impl<C: Clock> Core<'_, C> {
+    /// Whether the newest chunk has a row left to issue.
+    fn has_next(&self) -> bool {
+        self.active.back().is_some_and(|a| !a.exhausted())
+    }
+
+    /// Issue step: queue every row that is due (up to `depth` in flight), or say how to wait
+    /// for the next deadline. Deadlines are absolute (start + ts / speed), never relative to
+    /// when the previous row went: one late row does not delay the rest. Returns how to wait
+    /// and the rows queued, in the newest chunk.
+    fn issue(&mut self) -> (Wait, Range<usize>) {
+        let now = self.clock.now() - self.t0;
+        let (mode, t0) = (self.mode, self.t0);
+        let a = self.active.back_mut().expect("issue without a row");
+        let due = |i: usize| match mode {
+            Mode::Original { speed } => intended_ns(a.chunk.ts_ns[i], speed),
+            Mode::Afap => now,
+        };
+        let (first, next_due) = (a.out.issued, due(a.out.issued));
+        if next_due > now + SPIN_NS {
+            return (Wait::Until(t0 + (next_due - SPIN_NS).min(now + MAX_BLOCK_NS)), first..first);
+        } else if next_due > now {
+            return (Wait::No, first..first); // spin: reap completions while the deadline comes
+        }
+        let mut i = first;
+        while i < a.chunk.len() && self.inflight < self.depth && due(i) <= now {
+            let io = a.chunk.io(i, self.bufs);
+            // SAFETY: the buffer comes from `self.bufs`, which checked its length; the run's
+            // caller drops the engine (which reaps or abandons every I/O) before the buffers.
+            unsafe { self.engine.queue(io) };
+            a.out.intended_ns[i] = due(i);
+            // Until the engine says when it submitted the row: the hand-off.
+            a.out.issue_ns[i] = now;
+            i += 1;
+            self.inflight += 1;
+        }
+        a.out.issued = i;
+        a.outstanding += i - first;
+        self.rows_issued += (i - first) as u64;
+        let wait = if mode == Mode::Afap && self.inflight >= self.depth { Wait::One } else { Wait::No };
+        (wait, first..i)
+    }
+
+    /// Reap step: one `enter` submits what `issue` queued (`queued`, rows of the newest chunk)
+    /// and waits as asked; records when each I/O entered the kernel, when it completed and
+    /// its result.
+    fn reap(&mut self, wait: Wait, queued: Range<usize>) -> io::Result<()> {
+        let (t0, active) = (self.t0, &mut self.active);
+        let entered = self.engine.enter(wait, &mut |c| {
+            let a = active
+                .iter_mut()
+                .find(|a| c.token >= a.chunk.base && c.token < a.chunk.base + a.chunk.len() as u64)
+                .expect("completion for a row the engine never issued");
+            let i = (c.token - a.chunk.base) as usize;
+            if let Some(at) = c.issue_ns {
+                a.out.issue_ns[i] = at - t0;
+            }
+            a.out.complete_ns[i] = c.complete_ns - t0;
+            // A discard or punch-hole reports 0 on success; record the bytes it covered.
+            a.out.result[i] = if a.chunk.op[i] == OP_DISCARD && c.result == 0 { a.chunk.length[i] } else { c.result };
+            a.outstanding -= 1;
+        })?;
+        self.inflight -= entered.reaped;
+        if let (Some(at), Some(a)) = (entered.submitted_ns, self.active.back_mut()) {
+            a.out.issue_ns[queued].fill(at - t0);
+        }
+        Ok(())
+    }
+
+    /// Retire step: send finished chunks, oldest first. False when nobody listens any more.
+    fn retire(&mut self, output: &Sender<ChunkResult>) -> bool {
+        while self.active.front().is_some_and(|a| a.exhausted() && a.outstanding == 0) {
+            let a = self.active.pop_front().expect("front");
+            if output.send(a.out).is_err() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// Run until the input closes and everything issued has completed, or until `stop` is set
 /// (then in-flight I/Os are reaped and the unissued rest is returned marked). Times in the
-/// results are relative to the start: `start_ns` on the monotonic clock when given (several
-/// runs in parallel share one start), else when the first chunk arrives.
+/// results are relative to the start: `start`'s value on `clock` if it is not START_UNSET
+/// when the first chunk arrives (several runs in parallel share one start), else that arrival.
 #[allow(clippy::too_many_arguments)]
-pub fn run(
+pub fn run<C: Clock>(
     engine: &mut dyn Engine,
     bufs: &Buffers,
     mode: Mode,
     depth: usize,
-    start_ns: Option<i64>,
+    start: &AtomicI64,
     input: Receiver<Chunk>,
     output: Sender<ChunkResult>,
     stop: &AtomicBool,
+    clock: &C,
 ) -> io::Result<Summary> {
     engine.start()?;
-    let mut active: VecDeque<Active> = VecDeque::new();
-    let mut input_open = true;
     let first = loop {
         if stop.load(Ordering::Relaxed) {
             break None;
@@ -112,77 +297,33 @@ pub fn run(
         }
     };
     let Some(first) = first else {
-        return Ok(Summary {
-            start_ns: now_ns(),
-            rows_issued: 0,
-            interrupted: stop.load(Ordering::Relaxed),
-            cpu_ns: thread_cpu_ns(),
-        });
+        return Ok(Summary { start_ns: clock.now(), rows_issued: 0, interrupted: stop.load(Ordering::Relaxed), cpu_ns: thread_cpu_ns() });
     };
-    active.push_back(Active::new(first));
-    let t0 = start_ns.unwrap_or_else(now_ns);
-    while now_ns() < t0 - SPIN_NS {
-        std::thread::sleep(Duration::from_nanos((t0 - SPIN_NS - now_ns()).clamp(0, MAX_BLOCK_NS) as u64));
-    }
-    while now_ns() < t0 {
-        std::hint::spin_loop();
-    }
-    let mut inflight = 0usize;
-    let mut rows_issued = 0u64;
-    let mut stopping = false;
-    let mut failure = None;
-
+    let t0 = match start.load(Ordering::Acquire) {
+        START_UNSET => clock.now(),
+        t => t,
+    };
+    clock.wait_until(t0);
+    let mut core = Core { engine, bufs, clock, mode, depth, t0, active: VecDeque::from([Active::new(first)]), inflight: 0, rows_issued: 0 };
+    let (mut input_open, mut stopping, mut failure) = (true, false, None);
     loop {
         stopping = stopping || stop.load(Ordering::Relaxed);
         // Make sure the newest chunk has a row to issue, pulling the next one if needed.
         let mut starved = false;
-        if !stopping && active.back().map_or(true, Active::exhausted) && input_open {
+        if !stopping && !core.has_next() && input_open {
             match input.try_recv() {
-                Ok(chunk) => active.push_back(Active::new(chunk)),
+                Ok(chunk) => core.active.push_back(Active::new(chunk)),
                 Err(TryRecvError::Empty) => starved = true,
                 Err(TryRecvError::Disconnected) => input_open = false,
             }
         }
-        let has_next = !stopping && active.back().is_some_and(|a| !a.exhausted());
-
-        let wait = if has_next && inflight < depth {
-            let a = active.back_mut().expect("has_next");
-            let now = now_ns() - t0;
-            let due = |i: usize| match mode {
-                Mode::Original { speed } => intended_ns(a.chunk.ts_ns[i], speed),
-                Mode::Afap => now,
-            };
-            let next_due = due(a.out.issued);
-            if next_due > now + SPIN_NS {
-                Wait::Until(t0 + (next_due - SPIN_NS).min(now + MAX_BLOCK_NS))
-            } else if next_due > now {
-                Wait::No // spin: reap completions while the deadline comes
-            } else {
-                // Issue every row that is due, as one submission.
-                let mut i = a.out.issued;
-                while i < a.chunk.len() && inflight < depth && due(i) <= now {
-                    let op = a.chunk.op[i];
-                    let len = a.chunk.length[i] as u32;
-                    let token = a.chunk.base + i as u64;
-                    let buf = if op == OP_WRITE { bufs.write_source(token, len as usize) } else { bufs.read_destination(token) };
-                    let fua = a.chunk.flags.as_ref().is_some_and(|f| f[i] & FLAG_FUA != 0);
-                    engine.queue(Io { token, op, fua, offset: a.chunk.offset[i] as u64, len, buf });
-                    a.out.intended_ns[i] = due(i);
-                    a.out.issue_ns[i] = now;
-                    i += 1;
-                    inflight += 1;
-                }
-                let n = i - a.out.issued;
-                a.out.issued = i;
-                a.outstanding += n;
-                rows_issued += n as u64;
-                if mode == Mode::Afap && inflight >= depth { Wait::One } else { Wait::No }
-            }
-        } else if inflight > 0 {
-            if starved { Wait::Until(now_ns() + 200_000) } else { Wait::One }
+        let (wait, queued) = if !stopping && core.has_next() && core.inflight < depth {
+            core.issue()
+        } else if core.inflight > 0 {
+            (if starved { Wait::Until(clock.now() + 200_000) } else { Wait::One }, 0..0)
         } else if starved {
             match input.recv_timeout(Duration::from_millis(20)) {
-                Ok(chunk) => active.push_back(Active::new(chunk)),
+                Ok(chunk) => core.active.push_back(Active::new(chunk)),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => input_open = false,
             }
@@ -190,63 +331,45 @@ pub fn run(
         } else {
             break; // input closed (or stopping) and nothing in flight
         };
-
-        let reaped = engine.enter(wait, &mut |token, result, at| {
-            let a = active
-                .iter_mut()
-                .find(|a| token >= a.chunk.base && token < a.chunk.base + a.chunk.len() as u64)
-                .expect("completion for a row the engine never issued");
-            let i = (token - a.chunk.base) as usize;
-            let op = a.chunk.op[i];
-            a.out.complete_ns[i] = at - t0;
-            // A discard or punch-hole reports 0 on success; record the bytes it covered.
-            a.out.result[i] = if op == OP_DISCARD && result == 0 { a.chunk.length[i] } else { result };
-            a.outstanding -= 1;
-        });
-        match reaped {
-            Ok(n) => inflight -= n,
-            Err(e) => {
-                // Fatal for the engine (not for one I/O): stop and hand back what we have.
-                // The rows in flight stay marked incomplete (complete_ns = -1).
-                failure = Some(e);
-                stopping = true;
-                inflight = 0;
-            }
+        if let Err(e) = core.reap(wait, queued) {
+            // Fatal for the engine (not for one I/O): stop and hand back what we have. The
+            // rows in flight stay marked incomplete (complete_ns = -1).
+            failure = Some(e);
+            stopping = true;
+            core.inflight = 0;
         }
-
-        while active.front().is_some_and(|a| a.exhausted() && a.outstanding == 0) {
-            let a = active.pop_front().expect("front");
-            if output.send(a.out).is_err() {
-                stopping = true; // nobody is listening any more
-            }
+        if !core.retire(&output) {
+            stopping = true; // nobody is listening any more
         }
     }
     // Stopped or failed: what remains goes out partially issued, in order.
-    for a in active.drain(..) {
+    for a in core.active.drain(..) {
         let _ = output.send(a.out);
     }
     match failure {
         Some(e) => Err(e),
-        None => Ok(Summary {
-            start_ns: t0,
-            rows_issued,
-            interrupted: stopping,
-            cpu_ns: thread_cpu_ns(),
-        }),
+        None => Ok(Summary { start_ns: t0, rows_issued: core.rows_issued, interrupted: stopping, cpu_ns: thread_cpu_ns() }),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{Completion, Entered};
+    use crate::clock::{now_ns, Monotonic};
     use crate::data::DataPattern;
-    use crate::backend::OP_READ;
     use crate::null::NullEngine;
+    use std::collections::HashMap;
     use std::sync::mpsc::{channel, sync_channel};
+    use std::sync::Arc;
 
     fn chunk(base: u64, ts: Vec<i64>) -> Chunk {
         let n = ts.len();
-        Chunk { base, ts_ns: ts, op: vec![OP_READ; n], offset: vec![0; n], length: vec![4096; n], flags: None }
+        Chunk::new(base, ts, vec![OP_READ; n], vec![0; n], vec![4096; n], None, 4096).unwrap()
+    }
+
+    fn unset() -> AtomicI64 {
+        AtomicI64::new(START_UNSET)
     }
 
     fn replay(mode: Mode, chunks: Vec<Chunk>, depth: usize) -> (Vec<ChunkResult>, Summary) {
@@ -258,8 +381,39 @@ mod tests {
         drop(tx);
         let (otx, orx) = channel();
         let stop = AtomicBool::new(false);
-        let summary = run(&mut NullEngine::new(depth), &bufs, mode, depth, None, rx, otx, &stop).unwrap();
+        let summary = run(&mut NullEngine::new(depth), &bufs, mode, depth, &unset(), rx, otx, &stop, &Monotonic).unwrap();
         (orx.into_iter().collect(), summary)
+    }
+
+    #[test]
+    fn chunks_check_every_row() {
+        let bad = |op: u8, offset: i64, length: i64| {
+            Chunk::new(100, vec![0, 0], vec![OP_READ, op], vec![0, offset], vec![4096, length], None, 8192)
+                .err()
+                .expect("a bad row passed")
+        };
+        let e = bad(7, 0, 4096);
+        assert_eq!(e.row, 101);
+        assert!(e.problem.contains("unknown op 7"), "{e}");
+        assert!(bad(OP_READ, -1, 4096).problem.contains("negative offset"));
+        assert!(bad(OP_DISCARD, 0, -1).problem.contains("negative length"));
+        assert!(bad(OP_WRITE, 0, 8193).problem.contains("longer than the 8192-byte buffers"));
+        assert!(bad(OP_READ, i64::MAX - 10, 4096).problem.contains("overflows"));
+        // Discards and flushes carry no data: any length the offset leaves room for.
+        assert!(Chunk::new(0, vec![0], vec![OP_DISCARD], vec![0], vec![(4 << 30) + (1 << 20)], None, 4096).is_ok());
+        assert!(Chunk::new(0, vec![0, 0], vec![0, 0], vec![0], vec![0, 0], None, 4096).is_err());
+    }
+
+    #[test]
+    fn discards_keep_their_64_bit_length() {
+        let bufs = Buffers::new(4096, 1, DataPattern::Zeros);
+        let len = (4i64 << 30) + (1 << 20);
+        let c = Chunk::new(0, vec![0], vec![OP_DISCARD], vec![4096], vec![len], None, 4096).unwrap();
+        let io = c.io(0, &bufs);
+        assert!(matches!(io.kind, IoKind::Discard { len: l } if l == len as u64));
+        assert_eq!(io.bytes(), len);
+        let (out, _) = replay(Mode::Afap, vec![c], 1);
+        assert_eq!(out[0].result[0], len);
     }
 
     #[test]
@@ -297,8 +451,11 @@ mod tests {
         drop(tx);
         let (otx, orx) = channel();
         let start = now_ns() + 20_000_000;
-        let summary = run(&mut NullEngine::new(4), &bufs, Mode::Afap, 4, Some(start), rx, otx, &AtomicBool::new(false)).unwrap();
+        let at = AtomicI64::new(start);
+        let summary =
+            run(&mut NullEngine::new(4), &bufs, Mode::Afap, 4, &at, rx, otx, &AtomicBool::new(false), &Monotonic).unwrap();
         assert_eq!(summary.start_ns, start);
+        assert!(now_ns() >= start);
         let out: Vec<_> = orx.into_iter().collect();
         assert!(out[0].issue_ns.iter().all(|&t| t >= 0), "issued before the shared start");
     }
@@ -310,7 +467,8 @@ mod tests {
         let (out, _) = replay(Mode::Afap, vec![chunk(0, ts)], 32);
         assert!(now_ns() - start < 5_000_000_000);
         assert_eq!(out[0].issued, 1000);
-        assert_eq!(out[0].intended_ns, out[0].issue_ns);
+        // Due when queued; issued when the engine submitted it, no earlier.
+        assert!(out[0].intended_ns.iter().zip(&out[0].issue_ns).all(|(d, i)| d <= i && i - d < 1_000_000_000));
     }
 
     #[test]
@@ -321,8 +479,11 @@ mod tests {
         tx.send(chunk(0, vec![0, 3_600_000_000_000])).unwrap();
         let (otx, orx) = channel();
         let stop = AtomicBool::new(false);
+        let start = unset();
         let summary = std::thread::scope(|s| {
-            let h = s.spawn(|| run(&mut NullEngine::new(4), &bufs, Mode::Original { speed: 1.0 }, 4, None, rx, otx, &stop));
+            let h = s.spawn(|| {
+                run(&mut NullEngine::new(4), &bufs, Mode::Original { speed: 1.0 }, 4, &start, rx, otx, &stop, &Monotonic)
+            });
             std::thread::sleep(Duration::from_millis(100));
             stop.store(true, Ordering::Relaxed);
             h.join().unwrap().unwrap()
@@ -339,17 +500,22 @@ mod tests {
     #[test]
     fn depth_bounds_in_flight() {
         // With the null engine every enter completes everything, so track via a wrapper.
-        struct Counting { inner: NullEngine, staged: usize, max: usize }
+        struct Counting {
+            inner: NullEngine,
+            staged: usize,
+            max: usize,
+        }
         impl Engine for Counting {
-            fn queue(&mut self, io: Io) {
+            unsafe fn queue(&mut self, io: Io) {
                 self.staged += 1;
                 self.max = self.max.max(self.staged);
-                self.inner.queue(io)
+                // SAFETY: the same contract, passed on.
+                unsafe { self.inner.queue(io) }
             }
-            fn enter(&mut self, w: Wait, d: &mut dyn FnMut(u64, i64, i64)) -> io::Result<usize> {
-                let n = self.inner.enter(w, d)?;
-                self.staged -= n;
-                Ok(n)
+            fn enter(&mut self, w: Wait, d: &mut dyn FnMut(Completion)) -> io::Result<Entered> {
+                let e = self.inner.enter(w, d)?;
+                self.staged -= e.reaped;
+                Ok(e)
             }
         }
         let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
@@ -358,7 +524,92 @@ mod tests {
         drop(tx);
         let (otx, _orx) = channel();
         let mut e = Counting { inner: NullEngine::new(8), staged: 0, max: 0 };
-        run(&mut e, &bufs, Mode::Afap, 8, None, rx, otx, &AtomicBool::new(false)).unwrap();
+        run(&mut e, &bufs, Mode::Afap, 8, &unset(), rx, otx, &AtomicBool::new(false), &Monotonic).unwrap();
         assert_eq!(e.max, 8);
+    }
+
+    /// A clock that moves only when the test engine moves it.
+    struct FakeClock(Arc<AtomicI64>);
+
+    impl Clock for FakeClock {
+        fn now(&self) -> i64 {
+            self.0.load(Ordering::Relaxed)
+        }
+        fn wait_until(&self, t: i64) {
+            self.0.fetch_max(t, Ordering::Relaxed);
+        }
+    }
+
+    /// An engine on the fake clock that completes each I/O the instant it is submitted, but
+    /// stays busy for `stalls[token]` after submitting a batch holding that row (as an engine
+    /// thread held up by a slow submission or descheduled would). Waiting for a deadline
+    /// moves the clock there; a spin (Wait::No, nothing to do) moves it 1 us.
+    struct Stalling {
+        clock: Arc<AtomicI64>,
+        stalls: HashMap<u64, i64>,
+        staged: Vec<u64>,
+    }
+
+    impl Engine for Stalling {
+        unsafe fn queue(&mut self, io: Io) {
+            self.staged.push(io.token);
+        }
+        fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(Completion)) -> io::Result<Entered> {
+            let now = self.clock.load(Ordering::Relaxed);
+            if self.staged.is_empty() {
+                match wait {
+                    Wait::Until(t) => self.clock.fetch_max(t, Ordering::Relaxed),
+                    _ => self.clock.fetch_add(1_000, Ordering::Relaxed),
+                };
+                return Ok(Entered::default());
+            }
+            let (mut busy, reaped) = (0, self.staged.len());
+            for token in self.staged.drain(..) {
+                done(Completion { token, result: 4096, issue_ns: None, complete_ns: now });
+                busy = busy.max(self.stalls.get(&token).copied().unwrap_or(0));
+            }
+            self.clock.fetch_add(busy, Ordering::Relaxed);
+            Ok(Entered { reaped, submitted_ns: Some(now) })
+        }
+    }
+
+    #[test]
+    fn each_io_is_issued_at_its_deadline_or_when_the_engine_is_free() {
+        // 300 rows 1 ms apart at speed 2 (so due every 500 us); three rows hold the engine up
+        // for 3.5 ms, 800 us and 20 ms.
+        let n = 300;
+        let ts: Vec<i64> = (0..n).map(|i| i * 1_000_000).collect();
+        let stalls = HashMap::from([(10u64, 3_500_000i64), (50, 800_000), (200, 20_000_000)]);
+        let clock = Arc::new(AtomicI64::new(1_000_000_000));
+        let mut engine = Stalling { clock: Arc::clone(&clock), stalls: stalls.clone(), staged: Vec::new() };
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
+        let (tx, rx) = sync_channel(2);
+        tx.send(chunk(0, ts[..100].to_vec())).unwrap();
+        tx.send(chunk(100, ts[100..].to_vec())).unwrap();
+        drop(tx);
+        let (otx, orx) = channel();
+        let mode = Mode::Original { speed: 2.0 };
+        run(&mut engine, &bufs, mode, 64, &unset(), rx, otx, &AtomicBool::new(false), &FakeClock(clock)).unwrap();
+        let out: Vec<ChunkResult> = orx.into_iter().collect();
+        let issue: Vec<i64> = out.iter().flat_map(|r| r.issue_ns.clone()).collect();
+        let intended: Vec<i64> = out.iter().flat_map(|r| r.intended_ns.clone()).collect();
+        let mut free = 0; // when the engine was next free, relative to the start
+        for i in 0..n as usize {
+            let deadline = ts[i] / 2;
+            assert_eq!(intended[i], deadline);
+            let expected = deadline.max(free);
+            // A spin step of the fake clock is 1 us.
+            assert!(
+                issue[i] >= expected && issue[i] <= expected + 1_000,
+                "row {i}: issued at {} us, expected max(deadline {} us, engine free {} us)",
+                issue[i] / 1000,
+                deadline / 1000,
+                free / 1000
+            );
+            free = free.max(issue[i] + stalls.get(&(i as u64)).copied().unwrap_or(0));
+        }
+        // The stalls delayed only the rows due while the engine was busy.
+        assert_eq!(issue[20], intended[20]);
+        assert_eq!(issue[250], intended[250]);
     }
 }

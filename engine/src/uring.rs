@@ -7,7 +7,7 @@ use std::os::fd::RawFd;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use crate::backend::{Engine, Io, Wait, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE};
+use crate::backend::{Completion, Engine, Entered, Io, IoKind, Wait};
 use crate::clock::now_ns;
 use crate::data::Buffers;
 
@@ -59,34 +59,49 @@ impl UringEngine {
 
     fn entry(&self, io: &Io) -> squeue::Entry {
         let fd = types::Fixed(0);
-        let entry = match io.op {
-            OP_READ if self.fixed_buffers => {
-                opcode::ReadFixed::new(fd, io.buf, io.len, 0).offset(io.offset).build()
+        let entry = match io.kind {
+            IoKind::Read { buf, len } if self.fixed_buffers => {
+                opcode::ReadFixed::new(fd, buf, len, 0).offset(io.offset).build()
             }
-            OP_READ => opcode::Read::new(fd, io.buf, io.len).offset(io.offset).build(),
-            OP_WRITE => {
-                let rw_flags = if io.fua { libc::RWF_DSYNC } else { 0 };
+            IoKind::Read { buf, len } => opcode::Read::new(fd, buf, len).offset(io.offset).build(),
+            IoKind::Write { buf, len, fua } => {
+                let rw_flags = if fua { libc::RWF_DSYNC } else { 0 };
                 if self.fixed_buffers {
-                    opcode::WriteFixed::new(fd, io.buf, io.len, 1)
-                        .offset(io.offset)
-                        .rw_flags(rw_flags)
-                        .build()
+                    opcode::WriteFixed::new(fd, buf, len, 1).offset(io.offset).rw_flags(rw_flags).build()
                 } else {
-                    opcode::Write::new(fd, io.buf, io.len).offset(io.offset).rw_flags(rw_flags).build()
+                    opcode::Write::new(fd, buf, len).offset(io.offset).rw_flags(rw_flags).build()
                 }
             }
-            OP_FLUSH => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
-            OP_DISCARD if self.is_block => {
+            IoKind::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
+            IoKind::Discard { len } if self.is_block => {
                 let mut cmd = [0u8; 16];
-                cmd[..8].copy_from_slice(&(io.len as u64).to_ne_bytes());
+                cmd[..8].copy_from_slice(&len.to_ne_bytes());
                 opcode::UringCmd16::new(fd, BLOCK_URING_CMD_DISCARD).addr(Some(io.offset)).cmd(cmd).build()
             }
-            _ => opcode::Fallocate::new(fd, io.len as u64)
+            IoKind::Discard { len } => opcode::Fallocate::new(fd, len)
                 .offset(io.offset)
                 .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
                 .build(),
         };
         entry.user_data(io.token)
+    }
+
+    /// Submits the staged entries without waiting; returns when that enter returned, if it
+    /// submitted them. EINTR (a signal) and EBUSY (completions to reap first) leave them for
+    /// the next enter.
+    fn submit_staged(&mut self) -> io::Result<Option<i64>> {
+        match self.ring.submitter().submit() {
+            Ok(_) => {
+                let at = now_ns();
+                self.staged = self.ring.submission().len();
+                Ok(if self.staged == 0 { Some(at) } else { None })
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {
+                self.staged = self.ring.submission().len();
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -98,11 +113,11 @@ impl Engine for UringEngine {
         Ok(())
     }
 
-    fn queue(&mut self, io: Io) {
+    unsafe fn queue(&mut self, io: Io) {
         let entry = self.entry(&io);
         loop {
-            // SAFETY: the buffers the entry points at outlive the I/O (see `new`), and the
-            // entry is plain data built from a valid registered file index.
+            // SAFETY: the buffer the entry points at stays valid until its completion is
+            // reaped (this function's contract), and the entry uses registered file 0.
             if unsafe { self.ring.submission().push(&entry) }.is_ok() {
                 break;
             }
@@ -116,12 +131,18 @@ impl Engine for UringEngine {
         self.staged += 1;
     }
 
-    fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(u64, i64, i64)) -> io::Result<usize> {
+    fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(Completion)) -> io::Result<Entered> {
+        // Staged entries are submitted by an enter of their own, which returns at once, so
+        // their issue time is when it returned: were the submission folded into a waiting
+        // enter, it would return only after a completion (one more syscall per batch, paid
+        // only where the core submits and then blocks: AFAP at full depth).
+        let submitted_ns = if self.staged > 0 { self.submit_staged()? } else { None };
         let pending_work = self.ring.submission().taskrun();
         let submitter = self.ring.submitter();
         let result = match wait {
-            // A CQ peek needs no syscall, unless completions wait for us to run them.
-            Wait::No if self.staged == 0 && !pending_work => Ok(0),
+            // A CQ peek needs no syscall, unless completions wait for us to run them (the
+            // submission just made ran them).
+            Wait::No if submitted_ns.is_some() || (self.staged == 0 && !pending_work) => Ok(0),
             Wait::No => submitter.submit(),
             Wait::One => submitter.submit_and_wait(1),
             Wait::Until(t) => {
@@ -137,23 +158,21 @@ impl Engine for UringEngine {
             }
         };
         match result {
-            Ok(_) => self.staged = 0,
+            Ok(_) => self.staged = self.ring.submission().len(),
             // ETIME: the wait timed out; EINTR: a signal; EBUSY: completions must be reaped
-            // first. The staged entries were consumed in the first two cases; in the third
-            // the next enter submits them.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR)) => {
+            // first. Whatever is still staged goes with the next enter.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {
                 self.staged = self.ring.submission().len()
             }
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
             Err(e) => return Err(e),
         }
         let now = now_ns();
-        let mut n = 0;
+        let mut reaped = 0;
         for cqe in self.ring.completion() {
-            done(cqe.user_data(), cqe.result() as i64, now);
-            n += 1;
+            done(Completion { token: cqe.user_data(), result: cqe.result() as i64, issue_ns: None, complete_ns: now });
+            reaped += 1;
         }
-        Ok(n)
+        Ok(Entered { reaped, submitted_ns })
     }
 }
 
