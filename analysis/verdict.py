@@ -15,7 +15,8 @@ from analysis.results import Results, ResultsError, ResultsSet, load
 
 # (scores key of a results set's test, label, unit); all are higher-is-better.
 SYNTHETIC_SCORES = {
-    "mix": ("iops_70_30_qd32", "70/30 QD32", "IOPS"),
+    # Seed 000's 70/30 "QD32": 32 workers at QD1 (the 1x32 split is iops_70_30_1x32).
+    "mix": ("iops_70_30_32x1", "70/30 QD32 (32 workers x QD1)", "IOPS"),
     "steady": ("steady_iops", "steady state", "IOPS"),
     "act": ("act_multiple", "ACT", "x load"),
 }

@@ -5,6 +5,7 @@ plus one results file per run, exactly as `replay run` writes it.
 import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,13 +24,29 @@ VERSION = 1
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 SECOND_NS = scoring.SECOND_NS
 
-# The reviews' read shares; 70/30 last, as the headline point.
+# The reviews' read shares; 70/30 last, as the headline point. SIX_SHARES are seed 001's
+# and 002's sweeps ("starting at 100 % reads and adding 20 % of writes in each phase"), whose
+# average MB/s is seed 001's bar.
 READ_SHARES = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0, 0.7)
+SIX_SHARES = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)
 MIX_SPAN = 8 * GIB
+# Queue-depth splits as (workers, queue depth each): 1x3 is Iometer's QD3 (seeds 001, 004),
+# 1x32 one worker at QD32 (seeds 002, 004), 32x1 seed 000's "QD32" (32 threads at QD1).
+# `mix` runs each split's whole sweep before the next (queue depth outermost), refilling the
+# target before each, so no split inherits the state another split's writes left.
+MIX_SPLITS = ((1, 3), (1, 32), (32, 1))
+FILL_BLOCK = 128 * KIB
+DATA_PATTERN = r"random|zeros|compressible:(\d{1,2}|100)"
 # Run lengths at --scale 1, in seconds: Iometer's 3 minutes a point, an hour of random
 # writes scored on its last 400 s in 1-minute rounds, ACT's hour, PTS's 1-minute elements.
 MIX_POINT_S = 180.0
 STEADY_S = 3600.0
+# Seed 002's 70/30 steady state: 2 h of sequential writes, 6 h of 4 KiB 70/30 at QD32 scored
+# on the last 500 s, then QD scaling (QD1 to QD32) and the six-mix sweep at QD32.
+STEADY_70_30_PRECONDITION_S = 7200.0
+STEADY_70_30_S = 21600.0
+STEADY_70_30_WINDOW_S = 500.0
+QD_SCALING = (1, 2, 4, 8, 16, 32)
 ACT_PERIOD_S = float(scoring.ACT_PERIOD_S)
 PTS_ELEMENT_S = 60.0
 ROUND_S = 60.0
@@ -38,6 +55,9 @@ PTS_READ_SHARES = (1.0, 0.95, 0.65, 0.5, 0.35, 0.05, 0.0)
 PTS_BLOCK_SIZES = (512, 4 * KIB, 8 * KIB, 16 * KIB, 32 * KIB, 64 * KIB, 128 * KIB, 1024 * KIB)
 PTS_LATENCY_READ_SHARES = (1.0, 0.65, 0.0)
 PTS_LATENCY_BLOCK_SIZES = (512, 4 * KIB, 8 * KIB)
+# The mix score `replay verdict` sets beside real use: seed 000's 70/30 "QD32", 32 workers
+# at QD1 (analysis.verdict.SYNTHETIC_SCORES reads it).
+VERDICT_MIX_KEY = "iops_70_30_32x1"
 # A closed-loop stimulus has no natural end: it is run to its time limit.
 UNBOUNDED = 1 << 62
 # An engine issues discards of up to 4 GiB - 1 (a u32 length): a purge is cut in pieces.
@@ -64,14 +84,24 @@ class BenchOptions:
     seed: int = 0
     window_s: float | None = None  # steady: the scored last window (400 s scaled)
     round_s: float | None = None  # steady: the steady-state round (60 s scaled)
-    max_rounds: int = scoring.PTS_MAX_ROUNDS  # pts and steady: rounds before giving up
+    max_rounds: int = scoring.PTS_MAX_ROUNDS  # pts: rounds before giving up (steady checks all)
     multiple: float = 1.0  # act: the load multiple
     search: bool = False  # act: step down from `start` to the highest passing multiple
     start: int = 150
     step: int = 10
     period_s: float | None = None  # act: the scoring period (an hour, scaled)
     block_sizes: tuple | None = None  # pts IOPS test block sizes (bytes)
-    fill: bool = True  # mix, seqmix, steady: sequential 128 KiB fill of the span first
+    fill: bool = True  # mix, seqmix, steady: sequential 128 KiB fill first
+    fill_bytes: int | None = None  # bytes filled from offset 0; None: the whole target
+    qd_splits: tuple | None = None  # mix: (workers, qd) splits, outermost; default MIX_SPLITS
+    read_shares: tuple | None = None  # mix, seqmix: the sweep (default READ_SHARES); steady: the
+    # QD32 sweep after the steady run and its QD scaling (seed 002: the six; default none)
+    data: tuple = ("random",)  # what measured writes carry (replay run --data); mix: each in turn
+    sweeps: tuple | None = None  # mix: explicit (split, shares, data) sweeps (presets)
+    read_share: float = 0.0  # steady: reads in the measured mix (seed 002: 0.7)
+    precondition_s: float | None = None  # steady: seconds of sequential writes (>= one fill)
+    point_s: float | None = None  # steady: seconds per QD-scaling and sweep point (180 scaled)
+    qd_scaling: tuple = ()  # steady: queue depths run after the steady run (seed 002: 1..32)
     chunk_rows: int = 1 << 16
 
     def scaled(self, seconds: float, whole: bool = False) -> float:
@@ -108,11 +138,15 @@ class Bench:
         o = self.options
         if not (o.scale > 0 and math.isfinite(o.scale)):
             raise BenchError(f"--scale must be a positive number, not {o.scale}")
-        for name in ("duration_s", "window_s", "round_s", "period_s"):
+        for name in ("duration_s", "window_s", "round_s", "period_s", "precondition_s", "point_s"):
             value = getattr(o, name)
             if value is not None and not value > 0:
                 raise BenchError(f"--{name[:-2].replace('_', '-')} must be a positive number of "
                                  f"seconds, not {value}")
+        if not 0.0 <= o.read_share <= 1.0:
+            raise BenchError(f"--read-share must be from 0 to 100 percent, not {o.read_share * 100:g}")
+        if any(q < 1 for q in o.qd_scaling):
+            raise BenchError(f"--qd-scaling needs queue depths of at least 1, not {o.qd_scaling}")
         if o.max_rounds < 1:
             raise BenchError(f"--max-rounds must be at least 1, not {o.max_rounds}")
         if target is None and o.engine != "null":
@@ -121,11 +155,21 @@ class Bench:
         self.target_arg = None if target is None else str(target)
         default_span = MIX_SPAN if test == "mix" else None
         if self.target_arg is None:
-            self.target = _null_target(o.span or MIX_SPAN)
+            self.target = _null_target(max(o.span or MIX_SPAN, o.fill_bytes or 0))
         else:
             self.target = inspect_target(self.target_arg)
         usable = self.target.size // MIB * MIB
         self.span = int(o.span or default_span or usable)
+        if o.fill_bytes is not None and not 0 < o.fill_bytes <= self.target.size:
+            raise BenchError(f"--fill must be between 1 byte and the target's "
+                             f"{self.target.size} bytes, not {o.fill_bytes}")
+        for pattern in o.data:
+            if not re.fullmatch(DATA_PATTERN, pattern):
+                raise BenchError(f"--data {pattern!r} is not a data pattern: use random, zeros "
+                                 "or compressible:PCT with PCT from 0 to 100")
+        for w, q in o.qd_splits or ():
+            if w < 1 or q < 1:
+                raise BenchError(f"a queue-depth split needs at least 1 worker at QD1, not {w}x{q}")
         if self.span <= 0 or self.span % (4 * KIB):
             raise BenchError(f"--span must be a positive multiple of 4 KiB, not {self.span} bytes")
         if self.span > self.target.size:
@@ -166,12 +210,12 @@ class Bench:
         return results
 
     def _replay(self, name, role, generator, *, qd=32, workers=1, afap=True,
-                time_limit_s=None, consumers=()):
+                time_limit_s=None, consumers=(), data="random"):
         """Run one generator on the target into DIR/<name>.parquet and record it."""
         o = self.options
         options = RunOptions(afap=afap, qd=qd, workers=workers, engine=o.engine,
                              destroy_data=True,  # checked once, before the first run
-                             time_limit_s=time_limit_s, chunk_rows=o.chunk_rows)
+                             time_limit_s=time_limit_s, chunk_rows=o.chunk_rows, data=data)
         file = f"{name}.parquet"
         outcome = replay(GeneratorSource(generator, name), self.target_arg, options,
                          output=self.out_dir / file, notices=self.notices, consumers=consumers,
@@ -180,7 +224,7 @@ class Bench:
             "name": name, "file": file, "role": role,
             "parameters": {"generator": generator.name, **generator.parameters(),
                            "afap": afap, "qd": qd, "workers": workers,
-                           "time_limit_s": time_limit_s},
+                           "time_limit_s": time_limit_s, "data": data},
             "interrupted": outcome.interrupted,
             "summary": outcome.summary.to_dict()["tracereplay"],
         }
@@ -192,56 +236,130 @@ class Bench:
             raise _Stopped
         return outcome
 
-    def _fill(self, name="fill", passes=1):
+    @property
+    def fill_span(self) -> int:
+        """Bytes a fill writes from offset 0: the whole target unless --fill says less. The
+        reviews fill the drive, not the span they test: the unwritten rest would otherwise
+        act as spare area and raise every write-bearing point."""
+        return int(self.options.fill_bytes or self.target.size)
+
+    def _fill(self, name="fill", passes=1, data="random"):
         if self.options.fill:
             self._replay(name, "precondition",
-                         g.sequential_fill(span=self.span, passes=passes, seed=self.options.seed))
+                         g.sequential_fill(span=self.fill_span, passes=passes,
+                                           block_size=FILL_BLOCK, seed=self.options.seed),
+                         data=data)
 
     # ---- the tests ---------------------------------------------------------------------------
+
+    def mix_sweeps(self) -> list:
+        """(split, read shares, data pattern) per sweep, in the order run: queue-depth split
+        outermost, then data pattern, then read share."""
+        o = self.options
+        if o.sweeps:
+            return [(tuple(split), tuple(shares), data) for split, shares, data in o.sweeps]
+        shares = tuple(o.read_shares or READ_SHARES)
+        return [(tuple(split), shares, data) for split in (o.qd_splits or MIX_SPLITS)
+                for data in o.data]
 
     def _mix(self):
         o = self.options
         point_s = o.duration_s or o.scaled(MIX_POINT_S)
-        self._fill()
         table = self.scores.setdefault("table", [])
-        for share in READ_SHARES:
-            for qd, workers in ((3, 1), (32, 1), (1, 32)):
-                name = f"r{_pct(share)}-qd{qd}" if workers == 1 else f"r{_pct(share)}-{workers}x1"
+        sweeps = self.mix_sweeps()
+        for i, ((workers, qd), shares, data) in enumerate(sweeps):
+            key = _sweep_key((workers, qd), data)
+            self._fill(f"fill-{key}" if len(sweeps) > 1 else "fill")  # refilled before each sweep
+            rows = []
+            for share in shares:
+                name = f"{key}-r{_pct(share)}"
                 gen = g.random_mix(block_size=4 * KIB, read_share=share, span=self.span,
                                    count=UNBOUNDED, queue_depth=qd * workers, seed=o.seed)
                 outcome = self._replay(name, "measure", gen, qd=qd, workers=workers,
-                                       time_limit_s=point_s)
-                table.append(_table_row(name, share, qd, workers, outcome.summary))
-                if share == 0.7 and qd == 32:
-                    self.scores["iops_70_30_qd32"] = table[-1]["iops"]
+                                       time_limit_s=point_s, data=data)
+                rows.append(_table_row(name, share, qd, workers, outcome.summary, data))
+                table.append(rows[-1])
+                self._sweep_scores(key, rows)
+
+    def _sweep_scores(self, key, rows):
+        """Score keys name the split (and a data pattern other than random): iops_70_30_1x32
+        is one worker at QD32, iops_70_30_32x1 32 workers at QD1 (seed 000's "QD32")."""
+        for row in rows:
+            if row["read_share"] == 0.7:
+                self.scores[f"iops_70_30_{key}"] = row["iops"]
+                self.scores[f"mb_per_s_70_30_{key}"] = row["mb_per_s"]
+        six = [r["mb_per_s"] for r in rows if r["read_share"] in SIX_SHARES]
+        if len(six) == len(SIX_SHARES):  # seed 001's bar: the average of the six mixes
+            self.scores[f"mb_per_s_average_{key}"] = sum(six) / len(six)
 
     def _seqmix(self):
         o = self.options
         point_s = o.duration_s or o.scaled(MIX_POINT_S)
         self._fill()
         table = self.scores.setdefault("table", [])
-        for share in READ_SHARES:
+        data = o.data[0]
+        for share in tuple(o.read_shares or READ_SHARES):
             name = f"seq-r{_pct(share)}"
             gen = g.sequential_mix(block_size=128 * KIB, read_share=share, span=self.span,
                                    count=UNBOUNDED, queue_depth=1, seed=o.seed)
-            outcome = self._replay(name, "measure", gen, qd=1, time_limit_s=point_s)
-            table.append(_table_row(name, share, 1, 1, outcome.summary))
+            outcome = self._replay(name, "measure", gen, qd=1, time_limit_s=point_s, data=data)
+            table.append(_table_row(name, share, 1, 1, outcome.summary, data))
+        self._sweep_scores("1x1", table)
+
+    def _precondition(self):
+        """One sequential fill of the target, then, with --precondition S, more sequential
+        writes wrapping round it until S seconds of them have run in all (seed 002: 2 h)."""
+        o = self.options
+        if not o.fill:
+            return
+        self._fill()
+        if o.precondition_s is None:
+            return
+        total = o.precondition_s
+        done = self.runs[-1]["summary"]["duration_ns"] / SECOND_NS if self.runs else 0.0
+        if total > done:
+            gen = g.sequential_mix(block_size=FILL_BLOCK, read_share=0.0, span=self.fill_span,
+                                   align=math.gcd(FILL_BLOCK, self.fill_span, 4096),
+                                   count=UNBOUNDED, queue_depth=32, seed=o.seed)
+            self._replay("precondition", "precondition", gen, qd=32, time_limit_s=total - done)
 
     def _steady(self):
         o = self.options
         duration = o.duration_s or o.scaled(STEADY_S, whole=True)
         window = o.window_s or o.scaled(scoring.CONSISTENCY_WINDOW_S, whole=True)
         round_s = o.round_s or o.scaled(ROUND_S, whole=True)
-        self._fill()
+        self._precondition()
         bins = scoring.consistency_bins()
-        gen = g.random_mix(block_size=4 * KIB, read_share=0.0, span=self.span, count=UNBOUNDED,
-                           queue_depth=32, seed=o.seed)
+        gen = g.random_mix(block_size=4 * KIB, read_share=o.read_share, span=self.span,
+                           count=UNBOUNDED, queue_depth=32, seed=o.seed)
+        self.scores["read_share"] = o.read_share
         try:
-            self._replay("steady", "measure", gen, qd=32, time_limit_s=duration, consumers=[bins])
+            self._replay("steady", "measure", gen, qd=32, time_limit_s=duration, consumers=[bins],
+                         data=o.data[0])
         finally:  # an interrupted run is scored up to where it stopped
             stop_ns = int(duration * SECOND_NS) if not self.runs[-1:] or not self.runs[-1]["interrupted"] \
                 else None
-            self.scores.update(steady_scores(bins, window, round_s, o.max_rounds, stop_ns))
+            self.scores.update(steady_scores(bins, window, round_s, None, stop_ns))
+        point_s = o.point_s or o.scaled(MIX_POINT_S)
+        if o.qd_scaling:  # seed 002: queue-depth scaling on the drive as the 6 h left it
+            rows = self.scores["qd_scaling"] = []
+            for qd in o.qd_scaling:
+                gen = g.random_mix(block_size=4 * KIB, read_share=o.read_share, span=self.span,
+                                   count=UNBOUNDED, queue_depth=qd, seed=o.seed)
+                name = f"qd{qd}-r{_pct(o.read_share)}"
+                outcome = self._replay(name, "measure", gen, qd=qd, time_limit_s=point_s,
+                                       data=o.data[0])
+                rows.append(_table_row(name, o.read_share, qd, 1, outcome.summary, o.data[0]))
+        if o.read_shares:  # then the read-share sweep at QD32
+            rows = self.scores["table"] = []
+            for share in o.read_shares:
+                gen = g.random_mix(block_size=4 * KIB, read_share=share, span=self.span,
+                                   count=UNBOUNDED, queue_depth=32, seed=o.seed)
+                name = f"1x32-r{_pct(share)}"
+                outcome = self._replay(name, "measure", gen, qd=32, time_limit_s=point_s,
+                                       data=o.data[0])
+                rows.append(_table_row(name, share, 32, 1, outcome.summary, o.data[0]))
+            self._sweep_scores("1x32", rows)
 
     def _act(self):
         o = self.options
@@ -353,9 +471,32 @@ def _steady_report(check) -> dict:
                        for c in check.rounds]}
 
 
-def _table_row(name, share, qd, workers, summary: RunSummary) -> dict:
+def split_label(split) -> str:
+    """(workers, qd) -> "WORKERSxQD": "1x32" is one worker at QD32, "32x1" 32 workers at QD1."""
+    return f"{split[0]}x{split[1]}"
+
+
+def parse_split(text: str) -> tuple:
+    """"32" (one worker at QD32), "1x32" or "32x1" (WORKERSxQD) -> (workers, qd)."""
+    m = re.fullmatch(r"\s*(?:(\d+)\s*x\s*)?(\d+)\s*", str(text).lower())
+    if not m or int(m.group(2)) < 1 or (m.group(1) is not None and int(m.group(1)) < 1):
+        raise BenchError(f"{text!r} is not a queue-depth split: give QD (one worker) or "
+                         "WORKERSxQD, for example 3, 1x32 or 32x1")
+    return (int(m.group(1) or 1), int(m.group(2)))
+
+
+def _data_label(data: str) -> str:
+    return "" if data == "random" else "_" + data.replace(":", "")
+
+
+def _sweep_key(split, data="random") -> str:
+    return split_label(split) + _data_label(data)
+
+
+def _table_row(name, share, qd, workers, summary: RunSummary, data="random") -> dict:
     t = summary.to_dict()["tracereplay"]
-    return {"run": name, "read_share": share, "qd": qd, "workers": workers, "iops": t["iops"],
+    return {"run": name, "read_share": share, "qd": qd, "workers": workers,
+            "split": split_label((workers, qd)), "data": data, "iops": t["iops"],
             "mb_per_s": t["mb_per_s"],
             "p99_ns": t["all"]["clat_ns"].get("percentile", {}).get("99.000000")}
 
@@ -363,16 +504,22 @@ def _table_row(name, share, qd, workers, summary: RunSummary) -> dict:
 def steady_scores(bins, window_s, round_s, max_rounds, duration_ns) -> dict:
     """The steady test's scores from its per-second bins (scoring.consistency_bins):
     consistency of the last `window_s` seconds, and PTS steady state over rounds of
-    `round_s` seconds. `duration_ns` None (an interrupted run) scores up to the last I/O."""
+    `round_s` seconds: over every round of the run when `max_rounds` is None (the run's
+    length is set; the check reports the first steady window and whether the last five
+    rounds, the state the scored window comes from, are steady). `duration_ns` None (an
+    interrupted run) scores up to the last I/O."""
     c = scoring.consistency(bins, window_s=int(window_s), duration_ns=duration_ns)
     series = bins.rate(duration_ns)
     rounds = scoring.round_averages(series, max(1, int(round(round_s))))
-    check = scoring.steady_state(rounds, max_rounds=max_rounds)
+    check = scoring.steady_state(rounds, max_rounds=max_rounds or max(1, len(rounds)))
+    last = scoring.steady_state(rounds[-scoring.PTS_WINDOW:], max_rounds=scoring.PTS_WINDOW)
     return {
         "steady_iops": c.average_iops, "consistency": _finite(c.consistency),
         "stddev_iops": c.stddev_iops, "window_s": c.seconds, "short_window": c.short,
-        "slow_share": c.slow_share, "slow_ns": c.slow_ns,
-        "steady_state": _steady_report(check), "iops_series": [float(x) for x in series],
+        "slow_share": c.slow_share, "slow_share_run": c.slow_share_run, "slow_ns": c.slow_ns,
+        "steady_state": _steady_report(check), "round_iops": [float(x) for x in rounds],
+        "round_s": max(1, int(round(round_s))), "last_rounds_steady": last.steady,
+        "iops_series": [float(x) for x in series],
     }
 
 
@@ -394,21 +541,39 @@ def format_results(results: dict) -> str:
     s, lines = results["scores"], []
     test = results["test"]
     if test in ("mix", "seqmix"):
-        lines.append(f"{'run':<12}{'read %':>7}{'QD':>4}{'workers':>8}{'IOPS':>12}{'MB/s':>10}{'p99 ms':>9}")
+        lines.append(f"{'run':<26}{'read %':>7}{'workers x QD':>13}{'IOPS':>12}{'MB/s':>10}{'p99 ms':>9}")
         for row in s.get("table", []):
             p99 = "-" if row["p99_ns"] is None else f"{row['p99_ns'] / 1e6:.2f}"
-            lines.append(f"{row['run']:<12}{_pct(row['read_share']):>7}{row['qd']:>4}{row['workers']:>8}"
+            split = f"{row['workers']} x {row['qd']}"
+            lines.append(f"{row['run']:<26}{_pct(row['read_share']):>7}{split:>13}"
                          f"{row['iops']:>12,.0f}{row['mb_per_s']:>10.1f}{p99:>9}")
-        if "iops_70_30_qd32" in s:
-            lines.append(f"headline: 70/30 at QD32: {s['iops_70_30_qd32']:,.0f} IOPS")
+        for key, value in s.items():
+            if key.startswith("iops_70_30_"):
+                w, q = key[len("iops_70_30_"):].split("_")[0].split("x")
+                data = key.split("_", 4)[4] if key.count("_") > 3 else ""
+                lines.append(f"70/30 at {w} worker(s) x QD{q}{' ' + data if data else ''}: "
+                             f"{value:,.0f} IOPS" + (" (the verdict's mix score)"
+                                                     if key == VERDICT_MIX_KEY else ""))
+            elif key.startswith("mb_per_s_average_"):
+                lines.append(f"average of the six mixes, {key[len('mb_per_s_average_'):]}: "
+                             f"{value:,.1f} MB/s")
     elif test == "steady":
         ss = s.get("steady_state", {})
         if s.get("steady_iops") is not None:
             c = s.get("consistency")
             lines.append(f"steady IOPS (last {s['window_s']} s): {s['steady_iops']:,.0f}; "
                          f"consistency (average / stddev): {'inf' if c is None else f'{c:.1f}'}")
+        if s.get("slow_share") is not None:
+            lines.append(f"I/Os over {s['slow_ns'] / 1e6:g} ms in the last {s['window_s']} s: "
+                         f"{s['slow_share']:.3%}")
         lines.append(f"SNIA steady state: {'reached at round ' + str(ss.get('round')) if ss.get('reached') else ss.get('status', '-')}"
-                     f" ({len(ss.get('rounds', []))} rounds)")
+                     f" (checked over {len(s.get('round_iops', ss.get('rounds', [])))} rounds; the last "
+                     f"{scoring.PTS_WINDOW} {'are' if s.get('last_rounds_steady') else 'are not'} steady)")
+        for title, key in (("QD scaling", "qd_scaling"), ("read-share sweep", "table")):
+            if s.get(key):
+                lines.append(f"{title}: " + ", ".join(
+                    f"{'QD' + str(r['qd']) if key == 'qd_scaling' else str(_pct(r['read_share'])) + ' % reads'}"
+                    f" {r['iops']:,.0f} IOPS" for r in s[key]))
     elif test == "act":
         for p in s.get("periods", []):
             lines.append(f"x{p['multiple']:g}: {'pass' if p['passed'] else 'FAIL'}"

@@ -43,7 +43,7 @@ def runs(tmp_path_factory):
             replay(trace, None, RunOptions(engine="null", afap=True, qd=qd), output=path)
             files.append(path)
         sets = []
-        for test, scores in (("mix", {"iops_70_30_qd32": 1000.0 * qd, "table": [
+        for test, scores in (("mix", {"iops_70_30_32x1": 1000.0 * qd, "table": [
                 {"read_share": s, "qd": q, "workers": 1, "iops": 100.0 * qd * q * (1 + s), "mb_per_s": 1.0, "p99_ns": 1}
                 for s in (0.0, 0.4, 0.7, 1.0) for q in (1, 32)]}),
                              ("steady", {"steady_iops": 900.0 * qd, "steady_state": {"reached": True, "round": 3, "rounds": [

@@ -206,7 +206,7 @@ def _score_set(path, iops, run_file):
     shutil.copy(run_file, path / "r70-qd32.parquet")
     (path / "results.json").write_text(json.dumps({
         "format": "tracereplay-results-set", "version": 1, "test": "mix", "target": {"path": path.name},
-        "interrupted": False, "options": {}, "scores": {"iops_70_30_qd32": iops},
+        "interrupted": False, "options": {}, "scores": {"iops_70_30_32x1": iops},
         "runs": [{"name": "r70-qd32", "file": "r70-qd32.parquet", "role": "measure", "parameters": {}}]}))
     return path
 
@@ -252,7 +252,7 @@ def test_every_threshold_gives_its_hand_computed_answer(known):
     d = known["dir"]
     v = verdict([known["sa"]], [known["sb"]], [d / "a"], [d / "b"], "slow", "fast")
     (s,) = v.synthetic
-    assert (s.label, s.a, s.b, s.ratio) == ("70/30 QD32", 1_000.0, 16_000.0, 16.0)
+    assert (s.label, s.a, s.b, s.ratio) == ("70/30 QD32 (32 workers x QD1)", 1_000.0, 16_000.0, 16.0)
     got = {w.name: w for w in v.workloads}
     for name, (late_a, dev_a, dev_b, ratio, share, answer) in KNOWN.items():
         w = got[name]
@@ -263,7 +263,7 @@ def test_every_threshold_gives_its_hand_computed_answer(known):
         assert w.share == pytest.approx(share, abs=1e-4), name
         assert w.answer == answer, name
         assert w.finish_ratio is None, name
-    assert "fast is 16.00x faster than slow on 70/30 QD32; on yes it waits on storage 8.00x less: " \
+    assert "fast is 16.00x faster than slow on 70/30 QD32 (32 workers x QD1); on yes it waits on storage 8.00x less: " \
            "75% of the synthetic advantage." == got["yes"].sentence
     assert got["noise"].sentence.endswith("within 5% of the same time: the advantage does not show.")
     assert got["reversed"].sentence.endswith("waits on storage 1.06x more on fast: the advantage is reversed.")

@@ -32,6 +32,22 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2)]
 
 
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 100:
+        raise ReplayError(f"{text!r} is not a read share: give percent from 0 to 100, for example 70")
+    return value / 100
+
+
+def _whole(text: str, option: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ReplayError(f"{option} takes whole numbers of at least 1, comma separated, not {text!r}")
+    return int(text)
+
+
 def bench(
     test: Annotated[Test, typer.Argument(help="Which test: mix (4 KiB random read shares at QD3, QD32 and 32 workers at QD1), seqmix (128 KiB sequential at QD1), steady (random writes until steady state), act (Aerospike ACT load) or pts (SNIA PTS IOPS and latency).")],
     target: Annotated[Optional[str], typer.Argument(help="Block device or regular file to test; its data in the span WILL be destroyed. May be left out only with --engine null.")] = None,
@@ -44,14 +60,22 @@ def bench(
     seed: Annotated[int, typer.Option(help="Seed of the generators; the same seed gives the same I/Os.")] = 0,
     window: Annotated[Optional[float], typer.Option(help="steady: seconds at the end that are scored (default 400, scaled).")] = None,
     round_: Annotated[Optional[float], typer.Option("--round", help="steady: seconds per steady-state round (default 60, scaled).")] = None,
-    max_rounds: Annotated[int, typer.Option(help="steady and pts: rounds of the SNIA steady-state check before giving up.")] = 25,
+    max_rounds: Annotated[int, typer.Option(help="pts: rounds of the SNIA steady-state check before giving up (steady checks every round of its run).")] = 25,
     multiple: Annotated[float, typer.Option(help="act: the load multiple X (2,000 X reads and 1,000 X writes per second).")] = 1.0,
     search: Annotated[bool, typer.Option("--search", help="act: start at --start and step down by --step to the highest passing multiple, then narrow it to 1x; that is the score.")] = False,
     start: Annotated[int, typer.Option(help="act --search: the first, high multiple.")] = 150,
     step: Annotated[int, typer.Option(help="act --search: how far each failing run steps down.")] = 10,
     period: Annotated[Optional[float], typer.Option(help="act: seconds per scored period (default an hour, scaled); every whole period must meet the limits.")] = None,
     block_sizes: Annotated[Optional[str], typer.Option(help="pts: the IOPS test's block sizes, comma separated, including 4096 (default 512,4K,8K,16K,32K,64K,128K,1M).")] = None,
-    no_fill: Annotated[bool, typer.Option("--no-fill", help="mix, seqmix, steady: skip the 128 KiB sequential fill of the span (the drive is already in the state wanted).")] = False,
+    no_fill: Annotated[bool, typer.Option("--no-fill", help="mix, seqmix, steady: skip the 128 KiB sequential fill (the drive is already in the state wanted).")] = False,
+    fill: Annotated[Optional[str], typer.Option("--fill", help="mix, seqmix, steady: bytes the 128 KiB sequential fill writes from offset 0, for example 32G (default: the whole target, as the reviews fill the drive, not just the span tested).")] = None,
+    qd: Annotated[Optional[str], typer.Option("--qd", help="mix: the queue-depth splits to run, comma separated, each QD (one worker) or WORKERSxQD, for example 3 or 1x32,32x1 (default 1x3,1x32,32x1). Each split's whole sweep runs before the next, after its own fill.")] = None,
+    read_shares: Annotated[Optional[str], typer.Option("--read-shares", help="mix, seqmix: the sweep's read shares in percent, comma separated, in order (default 100,80,60,40,20,0,70). steady: a sweep at QD32 run after the steady run (seed 002: 100,80,60,40,20,0; default none).")] = None,
+    read_share: Annotated[float, typer.Option("--read-share", help="steady: reads in percent of the measured 4 KiB random mix (0: random writes, seed 003; 70: seed 002's 70/30).")] = 0.0,
+    precondition: Annotated[Optional[float], typer.Option("--precondition", help="steady: seconds of 128 KiB sequential writes before the run, wrapping round the target; at least one whole fill (default: one fill; seed 002: 7200).")] = None,
+    point: Annotated[Optional[float], typer.Option("--point", help="steady: seconds per point of --qd-scaling and of the --read-shares sweep (default 180, scaled).")] = None,
+    qd_scaling: Annotated[Optional[str], typer.Option("--qd-scaling", help="steady: queue depths run one after the other after the steady run, at its read share, comma separated (seed 002: 1,2,4,8,16,32).")] = None,
+    data: Annotated[str, typer.Option("--data", help="What measured writes carry, as for replay run: random (incompressible), zeros or compressible:PCT; mix takes several, comma separated, and sweeps each in turn (seed 004: random,compressible:50).")] = "random",
     json_out: Annotated[bool, typer.Option("--json", help="Print results.json instead of a table.")] = False,
 ):
     """Run one of the reviewers' standard tests on TARGET and score it as the reviews do.
@@ -60,7 +84,7 @@ def bench(
 
     Example: replay bench mix /dev/sdc -o mix-sdc --scale 0.01
     """
-    from synth.suite import BenchOptions, format_results, run_bench
+    from synth.suite import BenchOptions, format_results, parse_split, run_bench
 
     notices = []
 
@@ -77,7 +101,12 @@ def bench(
             round_s=round_, max_rounds=max_rounds, multiple=multiple, search=search,
             start=start, step=step, period_s=period,
             block_sizes=tuple(parse_size(s) for s in block_sizes.split(",")) if block_sizes else None,
-            fill=not no_fill)
+            fill=not no_fill, fill_bytes=parse_size(fill) if fill else None,
+            qd_splits=tuple(parse_split(x) for x in qd.split(",")) if qd else None,
+            read_shares=tuple(_percent(x) for x in read_shares.split(",")) if read_shares else None,
+            data=tuple(x.strip() for x in data.split(",")), read_share=read_share / 100,
+            precondition_s=precondition, point_s=point,
+            qd_scaling=tuple(_whole(x, "--qd-scaling") for x in qd_scaling.split(",")) if qd_scaling else ())
         results = run_bench(test.value, target, output, options, on_run=on_run, notices=notices)
     except ReplayError as e:
         for n in dict.fromkeys(notices):
