@@ -131,7 +131,10 @@ class _Scan:
 
     rows: int = 0
     span: int = 0
-    max_length: int = 0
+    max_length: int = 0  # the longest I/O of any kind (remapping aligns spans with it)
+    # The longest read or write: what the engine's buffers must hold. Discards and flushes
+    # carry no data: one 1 GiB discard used to size 4.4 GB of buffers.
+    max_data_length: int = 0
     first_ts: int | None = None  # ts_ns of the first row
     counts: np.ndarray = field(default_factory=lambda: np.zeros(len(Op), dtype=np.int64))
 
@@ -159,6 +162,9 @@ def _scan(trace, columns, rows, keep) -> tuple[_Scan, list[dict] | None]:
                 scan.first_ts = int(chunk["ts_ns"][0])
             scan.span = max(scan.span, int((chunk["offset"] + chunk["length"]).max()))
             scan.max_length = max(scan.max_length, int(chunk["length"].max()))
+            data = chunk["length"][(chunk["op"] == Op.READ) | (chunk["op"] == Op.WRITE)]
+            if len(data):
+                scan.max_data_length = max(scan.max_data_length, int(data.max()))
         scan.counts += np.bincount(chunk["op"], minlength=len(Op))[: len(Op)]
         scan.rows += len(chunk["op"])
         if keep:
@@ -192,7 +198,7 @@ class TraceSource:
         self.stem = self.path.stem  # names the default results file
         self.metadata = self.tf.metadata
         self.column_names = self.tf.column_names
-        self.buffer_length = self.scan.max_length
+        self.buffer_length = self.scan.max_data_length
 
     def describe(self, rows_done: int) -> dict:
         return {"path": str(self.tf.path), "rows": self.scan.rows, "metadata": self.metadata}
@@ -261,11 +267,15 @@ def _describe_generator(gen) -> tuple[_Scan, int]:
             for chunk in stage.chunks():
                 rows += len(chunk["op"])
                 if len(chunk["op"]):
-                    longest = max(longest, int(chunk["length"].max()))
+                    scan.max_length = max(scan.max_length, int(chunk["length"].max()))
+                data = chunk["length"][(chunk["op"] == Op.READ) | (chunk["op"] == Op.WRITE)]
+                if len(data):
+                    longest = max(longest, int(data.max()))
                 counts += np.bincount(chunk["op"], minlength=len(Op))[: len(Op)]
         scan.span = max(scan.span, int(stage.span_end))
         scan.max_length = max(scan.max_length, longest)
         buffer_length = max(buffer_length, longest)
+        scan.max_data_length = buffer_length
         scan.counts += counts
         scan.rows = None if rows is None or scan.rows is None else scan.rows + rows
     return scan, buffer_length
