@@ -30,6 +30,8 @@ Unknown keys are kept as they are.
 import json
 import os
 import secrets
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -323,37 +325,71 @@ class TraceWriter:
     `path` atomically, so `path` never holds a half-written file. As a context manager it
     closes on success and aborts on an exception unless the caller closed it first (to
     keep a partial result, call `close({"interrupted": True})` before re-raising).
+
+    With `journal_s` (replay results), the `.partial` is a journal instead: an Arrow IPC
+    stream that takes every `write` at once as an lz4 batch and is fsynced at most every
+    `journal_s` seconds, so a killed process loses no written row and a power cut at most
+    `journal_s` seconds of them. A Parquet file is unreadable without the footer written
+    at its close; a stream reads up to its last complete batch (`read_journal`). `close`
+    converts the journal into the Parquet file, in row groups of `group_rows`; if that
+    fails (a full disk), the journal is kept and the error names it (`JournalKept`).
     """
 
-    def __init__(self, path, columns, metadata, compression="zstd", group_rows=None):
+    def __init__(self, path, columns, metadata, compression="zstd", group_rows=None,
+                 journal_s=None):
         self.path = Path(path)
         # The Parquet writer keeps ~7 KB of metadata per row group in memory until close: a
         # replay's results, written 65,536 rows at a time, grew a process by 63 MB over 325M
         # I/Os. Larger groups slow that growth down, for the memory of the rows held.
         self._group_rows = group_rows
+        self._compression = compression
         self._held, self._held_rows = [], 0
         self._schema = pa.schema([pa.field(name, type_) for name, type_ in columns])
         self._metadata = _json_object(self.path, metadata, "metadata")
         self._metadata["schema_version"] = schema.SCHEMA_VERSION
         self._tmp = self.path.with_name(f"{self.path.name}.{secrets.token_hex(4)}.partial")
-        # store_schema=False: Parquet's own logical types keep uint8/uint32, and without
-        # the serialised Arrow schema readers see the footer metadata written at close,
-        # not a stale copy taken at open.
+        self._journal_s = journal_s
+        self._journal = None
+        self._writer = None
+        self.rows = 0
         try:
-            # Dictionary encoding only pays for `comm`: on nanosecond and offset columns it
-            # cost more than half of a replay's Python time (12 of 20 s over 30M rows).
-            # Delta encoding suits the clock columns, which mostly rise: with lz4, results
-            # were written in 100 instead of 156 ns a row and took 11 instead of 25 bytes.
-            self._writer = pq.ParquetWriter(
-                self._tmp, self._schema, compression=compression, store_schema=False,
-                use_dictionary=[n for n in self._schema.names if n == "comm"] or False,
-                column_encoding={n: "DELTA_BINARY_PACKED" for n in self._schema.names
-                                 if n in _CLOCK_COLUMNS},
-            )
+            if journal_s is None:
+                self._writer = self._parquet_writer(self._tmp)
+            else:
+                self._open_journal()
         except BaseException:
+            self._close_quietly()
             self._tmp.unlink(missing_ok=True)
             raise
         self._open = True
+
+    def _parquet_writer(self, path):
+        # store_schema=False: Parquet's own logical types keep uint8/uint32, and without
+        # the serialised Arrow schema readers see the footer metadata written at close,
+        # not a stale copy taken at open.
+        # Dictionary encoding only pays for `comm`: on nanosecond and offset columns it
+        # cost more than half of a replay's Python time (12 of 20 s over 30M rows).
+        # Delta encoding suits the clock columns, which mostly rise: with lz4, results
+        # were written in 100 instead of 156 ns a row and took 11 instead of 25 bytes.
+        return pq.ParquetWriter(
+            path, self._schema, compression=self._compression, store_schema=False,
+            use_dictionary=[n for n in self._schema.names if n == "comm"] or False,
+            column_encoding={n: "DELTA_BINARY_PACKED" for n in self._schema.names
+                             if n in _CLOCK_COLUMNS},
+        )
+
+    def _open_journal(self):
+        # The metadata known at open travels in the stream's schema, for `read_journal`.
+        journal_schema = self._schema.with_metadata(
+            {schema.METADATA_KEY: json.dumps(self._metadata, sort_keys=True).encode()})
+        # OSFile is unbuffered: each batch is in the kernel's page cache once written, so
+        # a SIGKILL loses none of it.
+        self._sink = pa.OSFile(str(self._tmp), "wb")
+        self._journal = pa.ipc.new_stream(
+            self._sink, journal_schema,
+            options=pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False))
+        self._sink_fd = os.open(self._tmp, os.O_RDONLY)  # for fsync; OSFile has no fileno
+        self._synced = time.monotonic()
 
     @property
     def tmp_path(self) -> Path:
@@ -394,12 +430,23 @@ class TraceWriter:
                     f"values cannot be stored as {field.type} ({exc})",
                     column=field.name,
                 ) from None
-        table = pa.Table.from_arrays(arrays, schema=self._schema)
-        if table.num_rows:
-            self._held.append(table)
-            self._held_rows += table.num_rows
-            if self._group_rows is None or self._held_rows >= self._group_rows:
-                self._flush()
+        if not len(arrays[0]):
+            return
+        if self._journal is not None:
+            self._journal.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))
+            self.rows += len(arrays[0])
+            if time.monotonic() - self._synced >= self._journal_s:
+                os.fsync(self._sink_fd)
+                self._synced = time.monotonic()
+            return
+        self._append(pa.Table.from_arrays(arrays, schema=self._schema))
+
+    def _append(self, table: pa.Table) -> None:
+        self._held.append(table)
+        self._held_rows += table.num_rows
+        self.rows += table.num_rows
+        if self._group_rows is None or self._held_rows >= self._group_rows:
+            self._flush()
 
     def _flush(self) -> None:
         if self._held:
@@ -410,38 +457,133 @@ class TraceWriter:
     def close(self, extra_metadata: dict | None = None) -> Path:
         """Merge `extra_metadata` into the JSON object, finish the file and move it into place."""
         self._check_open()
+        extra = _json_object(self.path, extra_metadata or {}, "extra metadata")
+        if self._journal is not None:
+            return self._close_journal(extra)
         try:
             self._flush()
-            extra = _json_object(self.path, extra_metadata or {}, "extra metadata")
-            metadata = {**self._metadata, **extra}
-            metadata["schema_version"] = schema.SCHEMA_VERSION
-            self._writer.add_key_value_metadata(
-                {schema.METADATA_KEY: json.dumps(metadata, sort_keys=True).encode()}
-            )
-            self._writer.close()
-            self._open = False
-            with open(self._tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(self._tmp, self.path)
+            self._finish(self._writer, self._tmp, extra)
         except BaseException:
             self.abort()
             raise
         return self.path
 
+    def _finish(self, writer, tmp, extra):
+        metadata = {**self._metadata, **extra}
+        metadata["schema_version"] = schema.SCHEMA_VERSION
+        writer.add_key_value_metadata(
+            {schema.METADATA_KEY: json.dumps(metadata, sort_keys=True).encode()}
+        )
+        writer.close()
+        self._open = False
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def _close_journal(self, extra) -> Path:
+        """The journal, ended and synced, converted into the Parquet file at `path`."""
+        self._open = False
+        try:
+            self._journal.close()
+            self._journal = None
+            os.fsync(self._sink_fd)
+        except BaseException as exc:
+            self._close_quietly()
+            if isinstance(exc, OSError):
+                raise JournalKept(self._tmp, self.rows, exc) from None
+            raise
+        self._close_quietly()
+        try:
+            convert_journal(self._tmp, self.path, extra, self._compression, self._group_rows)
+        except OSError as exc:
+            raise JournalKept(self._tmp, self.rows, exc) from None
+        self._tmp.unlink(missing_ok=True)
+        return self.path
+
+    def keep(self) -> Path:
+        """Stop writing and leave the journal where it is (for `read_journal`); returns it."""
+        self._open = False
+        self._close_quietly()
+        return self._tmp
+
+    def _close_quietly(self):
+        for close in (getattr(self._journal, "close", None), getattr(self._writer, "close", None),
+                      getattr(getattr(self, "_sink", None), "close", None)):
+            if close is not None:
+                try:
+                    close()
+                except (pa.ArrowException, OSError, ValueError):
+                    pass
+        self._journal = self._writer = None
+        fd = getattr(self, "_sink_fd", None)
+        if fd is not None:
+            os.close(fd)
+            self._sink_fd = None
+
     def abort(self) -> None:
         """Discard everything written; `path` is left as it was."""
         self._held = []
-        if self._open:
-            self._open = False
-            try:
-                self._writer.close()
-            except (pa.ArrowException, OSError):
-                pass
+        self._open = False
+        self._close_quietly()
         self._tmp.unlink(missing_ok=True)
 
     def _check_open(self):
         if not self._open:
             raise ValueError(f"TraceWriter for {self.path} is already closed")
+
+
+class JournalKept(OSError):
+    """The results could not be finished (a full disk): their journal is kept at `journal`."""
+
+    def __init__(self, journal: Path, rows: int, cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.journal, self.rows, self.cause = Path(journal), rows, cause
+
+
+def read_journal(path) -> tuple[pa.Schema, dict, Iterator[pa.RecordBatch]]:
+    """A results journal (`TraceWriter(journal_s=...)`'s `.partial`): its schema, the metadata
+    known when it was opened, and its batches up to the last complete one (a killed run's
+    journal ends mid-batch)."""
+    path = Path(path)
+    try:
+        # Read, not mapped: pages of a mapped file count in the process's RSS as they are read.
+        reader = pa.ipc.open_stream(pa.OSFile(str(path)))
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceFormatError(path, f"not a results journal ({exc}); give a .partial file "
+                                     "that a replay run left") from None
+    raw = (reader.schema.metadata or {}).get(schema.METADATA_KEY)
+    metadata = _parse_metadata(path, raw)
+
+    def batches():
+        while True:
+            try:
+                yield reader.read_next_batch()
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError):  # the batch a kill cut short
+                return
+
+    return reader.schema.remove_metadata(), metadata, batches()
+
+
+def convert_journal(journal, path, extra_metadata=None, compression="lz4", group_rows=None,
+                    batches=None) -> Path:
+    """Write a journal's rows as the Parquet file `path` (atomically), merging
+    `extra_metadata` (or what it returns, when it is a function called once every row is
+    written) into the metadata the journal was opened with. `batches` replaces the journal's
+    own (a caller that looks at each batch on the way)."""
+    journal_schema, metadata, own = read_journal(journal)
+    columns = [(f.name, f.type) for f in journal_schema]
+    metadata.pop("schema_version", None)
+    group_rows = group_rows or MAX_ROW_GROUP_ROWS
+    out = TraceWriter(path, columns, metadata, compression=compression, group_rows=group_rows)
+    try:
+        for batch in own if batches is None else batches:
+            out._append(pa.Table.from_batches([batch]).cast(out._schema))
+        return out.close((extra_metadata() if callable(extra_metadata) else extra_metadata) or {})
+    except BaseException:
+        out.abort()
+        raise
 
 
 def write_trace(path, columns: dict[str, np.ndarray], metadata: dict) -> Path:
