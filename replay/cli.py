@@ -7,7 +7,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import typer  # noqa: E402
 
-from replay.commands import bench, capture, compare, convert, library, report, run, verdict  # noqa: E402
+from replay.commands import bench, capture, compare, convert, library, recover, report, run, verdict  # noqa: E402
 
 app = typer.Typer(
     help="tracereplay: replay real block I/O traces against drives and files.",
@@ -24,6 +24,7 @@ app.command("report")(report.report)
 app.command("verdict")(verdict.verdict)
 app.command("compare")(compare.compare)
 app.command("bench")(bench.bench)
+app.command("recover")(recover.recover)
 
 
 @app.callback()

@@ -20,11 +20,11 @@ def replay_cli(*args, cwd=None, timeout=120, **popen) -> subprocess.CompletedPro
 
 
 @contextlib.contextmanager
-def replay_process(*args, **popen):
-    """`replay ARGS...` with text pipes for stdout and stderr; killed and reaped however the
-    block ends, so a failed assertion leaves no process behind."""
+def replay_process(*args, env=None, **popen):
+    """`replay ARGS...` with text pipes for stdout and stderr, `env` added to the environment;
+    killed and reaped however the block ends, so a failed assertion leaves no process behind."""
     proc = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV, **popen)
+                            stderr=subprocess.PIPE, text=True, env={**ENV, **(env or {})}, **popen)
     try:
         yield proc
     finally:

@@ -1,5 +1,6 @@
 """`replay run TRACE [TARGET]`: replay a trace on a drive or a file and summarise it."""
 import json
+import signal
 import sys
 import time
 from enum import Enum
@@ -8,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from replay import signals
 from replay.commands import fail
 from replay.errors import ReplayError
 
@@ -26,7 +28,7 @@ class Remap(str, Enum):
 
 # Exit statuses of `replay run`, as the README lists them.
 EXIT_IO_FAILED = 3  # the run finished, but some I/Os failed (their -errno is in the results)
-EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): the I/Os done are kept
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT); 128 + the signal: 143 SIGTERM, 129 SIGHUP. I/Os done are kept
 
 
 class _Progress:
@@ -99,7 +101,8 @@ def run(
 
     Writing to a drive destroys its data. Exit status: 0 when every I/O succeeded, 2 when
     the input or an option is refused (nothing is written), 3 when the run finished but some
-    I/Os failed (counted and named by errno), 130 when interrupted (the I/Os done are kept).
+    I/Os failed (counted and named by errno), 128 + the signal when interrupted, the I/Os done
+    kept: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP.
     Example: replay run oltp /dev/sdc --speed 2
     """
     from replay.runner import RunOptions, replay
@@ -115,6 +118,11 @@ def run(
     except ReplayError as e:
         progress.close()
         fail(e)
+    except KeyboardInterrupt as e:  # before the first I/O: the run has nothing to keep
+        progress.close()
+        typer.echo(f"interrupted by {signals.name(signals.signum_of(e))} before the first I/O: "
+                   "nothing was replayed or written", err=True)
+        raise typer.Exit(signals.exit_status(signals.signum_of(e))) from None
     finally:
         progress.close()
     if dry_run:
@@ -129,7 +137,8 @@ def run(
         typer.echo(outcome.summary.format_table())
         typer.echo(f"results: {outcome.output}")
     if outcome.interrupted:
-        typer.echo(f"interrupted after {time.monotonic() - started:.1f} s: {outcome.rows} I/Os done "
+        by = signals.name(outcome.signum or signal.SIGINT)
+        typer.echo(f"interrupted by {by} after {time.monotonic() - started:.1f} s: {outcome.rows} I/Os done "
                    f"are saved in {outcome.output}, marked interrupted", err=True)
     total = outcome.summary.total()
     if total.errors:
@@ -140,6 +149,6 @@ def run(
                    f"that succeeded, and each failure's -errno is in the result column of {outcome.output}",
                    err=True)
     if outcome.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(signals.exit_status(outcome.signum or signal.SIGINT))
     if total.errors:
         raise typer.Exit(EXIT_IO_FAILED)
