@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 NS_PER_MS = 1e6
 _SIZE = (8.0, 4.2)
@@ -47,18 +48,52 @@ def png_bytes(fig) -> bytes:
     return out.getvalue()
 
 
-def latency_cdf(curves: dict[str, tuple[np.ndarray, np.ndarray]], title="Workload latency CDF"):
-    """`curves`: {"target / op": (latency_ns ascending, cumulative share 0..1)}; log x in ms."""
-    fig, ax = _figure(title)
-    _colours(ax, len(curves))
-    for label, (lat_ns, share) in curves.items():
-        if len(lat_ns):
-            ax.step(np.maximum(lat_ns, 1) / NS_PER_MS, share * 100, where="post", label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("latency (ms, log scale)")
-    ax.set_ylabel("I/Os at or below (%)")
-    ax.set_ylim(0, 100.5)
-    _legend(ax)
+def latency_cdf(panels: dict[str, dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]],
+                title="Workload latency CDF"):
+    """`panels`: {trace: {target: {op: (latency_ns ascending, cumulative share 0..1)}}}; one
+    panel per trace, a colour per target (the same in every panel), a line style per op;
+    log x in ms, on one scale across panels so they compare at a glance."""
+    targets = list(dict.fromkeys(t for curves in panels.values() for t in curves))
+    ops = list(dict.fromkeys(op for curves in panels.values() for c in curves.values() for op in c))
+    colours = plt.get_cmap("tab10" if len(targets) <= 10 else "tab20").colors
+    colour = {t: colours[i % len(colours)] for i, t in enumerate(targets)}
+    styles = ("-", "--", ":", "-.")
+    style = {op: styles[i % len(styles)] for i, op in enumerate(ops)}
+    n = max(len(panels), 1)
+    cols = 1 if n == 1 else 2
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(_SIZE[0] if cols == 1 else 10.5, 1.2 + 3.0 * rows),
+                             dpi=_DPI, layout="constrained", sharex=True, squeeze=False)
+    fig.suptitle(title)
+    lows = [float(lat[0]) for curves in panels.values() for c in curves.values()
+            for lat, _ in c.values() if len(lat)]
+    highs = [float(lat[-1]) for curves in panels.values() for c in curves.values()
+             for lat, _ in c.values() if len(lat)]
+    for ax, (trace, curves) in zip(axes.flat, panels.items()):
+        ax.set_title(trace, fontsize="medium")
+        ax.grid(True, which="both", alpha=0.3)
+        for target, by_op in curves.items():
+            for op, (lat_ns, share) in by_op.items():
+                if len(lat_ns):
+                    ax.step(np.maximum(lat_ns, 1) / NS_PER_MS, share * 100, where="post",
+                            color=colour[target], linestyle=style[op], linewidth=1.4)
+        ax.set_xscale("log")
+        ax.set_ylim(0, 100.5)
+        ax.set_ylabel("I/Os at or below (%)")
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    if lows:
+        axes.flat[0].set_xlim(max(min(lows), 1) / NS_PER_MS / 1.5, max(highs) / NS_PER_MS * 1.5)
+    for ax in axes[-1]:
+        ax.set_xlabel("latency (ms, log scale)")
+        ax.xaxis.set_tick_params(labelbottom=True)
+    if cols == 2 and n % 2:  # the last row's lone panel: label the empty slot's neighbour too
+        axes[-2][1].set_xlabel("latency (ms, log scale)")
+        axes[-2][1].xaxis.set_tick_params(labelbottom=True)
+    handles = [Line2D([], [], color=colour[t], linewidth=2, label=t) for t in targets]
+    handles += [Line2D([], [], color="#444", linestyle=style[op], label=op) for op in ops]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6),
+               fontsize="small", frameon=False)
     return fig
 
 

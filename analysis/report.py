@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from analysis import plots
+from analysis.compare import target_label
 from analysis.histogram import LatencyHistogram, bin_lower
 from analysis.results import Results, ResultsError, ResultsSet, load
 from analysis.timeseries import SECOND_NS, time_series
-from analysis.verdict import VerdictError, verdict
+from analysis.verdict import SYNTHETIC_SCORES, VerdictError, _ratio, _secs, verdict
 from traces.schema import Op
 
 SCATTER_POINTS = 20_000  # per results file: enough to see the bands, small enough to draw
@@ -48,8 +49,7 @@ class _FileFigures:
 
 
 def _target_label(loaded) -> str:
-    t = loaded.target
-    return str(t.get("path") or t.get("kind") or "target")
+    return target_label(loaded.target, str(loaded.target.get("kind") or "target"))
 
 
 def _analyse_file(r: Results, bin_ns: int) -> _FileFigures:
@@ -81,6 +81,20 @@ def _analyse_file(r: Results, bin_ns: int) -> _FileFigures:
     out.sample = (np.concatenate(t_sample), np.concatenate(lat_sample))
     out.ts = time_series(r.chunks(["op", "length", "intended_ns", "issue_ns", "complete_ns", "result"]), bin_ns)
     return out
+
+
+def _cdf_panels(files, analysed) -> dict:
+    """{trace: {target: {op: curve}}} for plots.latency_cdf; a repeat run of a trace on one
+    target is numbered, a partial run marked."""
+    panels = {}
+    for it in files:
+        curves = panels.setdefault(it.loaded.name, {})
+        key, n = it.label, 1
+        while key in curves or f"{key} (partial)" in curves:
+            n += 1
+            key = f"{it.label} #{n}"
+        curves[key + (" (partial)" if it.partial else "")] = analysed[id(it)].cdf
+    return panels
 
 
 def _heatmap(r: Results):
@@ -134,10 +148,10 @@ def _fmt_ns(ns) -> str:
     return f"{ns / 1e3:.1f} us"
 
 
-def _table(header, rows) -> str:
+def _table(header, rows, cls="") -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<table{f' class={cls!r}' if cls else ''}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _status(item) -> str:
@@ -159,21 +173,105 @@ def _summary_rows(files) -> list:
     return rows
 
 
+def _number(v: float) -> str:
+    """33,220 or 0.25: grouped digits, never scientific notation."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}" if abs(v) >= 1e-3 else f"{v:.2g}"
+
+
+def _split_words(split: str) -> str:
+    """A bench split key "1x32" (workers x QD) in the verdict's words: "QD32", "32 workers x QD1"."""
+    workers, _, qd = split.partition("x")
+    if not (workers.isdigit() and qd.isdigit()):
+        return split
+    return f"QD{qd}" if workers == "1" else f"{workers} workers x QD{qd}"
+
+
+def _score_words(test: str, scores: dict) -> list[str]:
+    """A results set's numeric scores as the verdict and the console say them ("70/30 QD32:
+    33,220 IOPS"), the verdict's score first; lists and tables are left to the plots."""
+    out, seen = [], set()
+    known = SYNTHETIC_SCORES.get(test)
+    if known and isinstance(scores.get(known[0]), (int, float)):
+        key, label, unit = known
+        v = scores[key]
+        out.append(f"{label}: {v:g}x load" if unit == "x load" else f"{label}: {_number(v)} {unit}")
+        seen.add(key)
+    for key, v in scores.items():
+        if key in seen or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        for prefix, what, unit in (("iops_70_30_", "70/30", "IOPS"), ("mb_per_s_70_30_", "70/30", "MB/s"),
+                                   ("mb_per_s_average_", "average of the six mixes,", "MB/s")):
+            if key.startswith(prefix):
+                split, _, data = key[len(prefix):].partition("_")
+                out.append(f"{what} {_split_words(split)}{' ' + data if data else ''}: {_number(v)} {unit}")
+                break
+        else:
+            words = {"steady_iops": ("steady state", "IOPS"), "stddev_iops": ("standard deviation", "IOPS"),
+                     "consistency": ("consistency (average / standard deviation)", ""),
+                     "act_multiple": ("ACT", "x load"), "read_share": ("reads", "%"),
+                     "slow_share": ("I/Os over the slow limit", "%"), "window_s": ("scored window", "s")}
+            label, unit = words.get(key, (key.replace("_", " "), ""))
+            if unit == "%":
+                out.append(f"{label}: {v * 100:.3g} %")
+            elif unit == "x load":
+                out.append(f"{label}: {v:g}x load")
+            else:
+                out.append(f"{label}: {_number(v)}{' ' + unit if unit else ''}")
+    passed = scores.get("passed")
+    if isinstance(passed, bool):
+        out.append("passed" if passed else "failed")
+    ss = scores.get("steady_state") or scores.get("iops_steady_state")
+    if isinstance(ss, dict) and "reached" in ss:
+        out.append(f"SNIA steady state reached at round {ss.get('round')}" if ss["reached"]
+                   else f"SNIA steady state: {ss.get('status', 'not reached')}")
+    return out
+
+
 def _set_rows(sets) -> list:
     rows = []
     for item in sets:
-        scores = item.loaded.scores
-        headline = ", ".join(f"{html.escape(k)} = {v:,.4g}" for k, v in scores.items()
-                             if isinstance(v, (int, float)) and not isinstance(v, bool))
+        words = _score_words(item.loaded.test, item.loaded.scores)
         rows.append([html.escape(item.label), html.escape(item.loaded.test), str(len(item.loaded.runs)),
-                     headline or "-", _status(item)])
+                     "<div class='words'>" + "<br>".join(html.escape(w) for w in words) + "</div>" if words else "-",
+                     _status(item)])
     return rows
+
+
+def _verdict_html(v) -> str:
+    """The verdict as HTML tables: the synthetic scores, then real use per workload, then its
+    sentences; the same figures as `replay verdict` prints."""
+    a, b = html.escape(v.label_a), html.escape(v.label_b)
+    synth = _table(["synthetic test", f"A: {v.label_a}", f"B: {v.label_b}", "B / A"], [
+        [html.escape(s.label) + (" (partial)" if s.partial else ""),
+         f"{_number(s.a)} {html.escape(s.unit)}", f"{_number(s.b)} {html.escape(s.unit)}", _ratio(s.ratio)]
+        for s in v.synthetic], "one-name")
+    rows = []
+    for w in v.workloads:
+        partial = w.a.partial or w.b.partial
+        rows.append([html.escape(w.name) + (' <span class="partial">(partial)</span>' if partial else ""),
+                     "afap" if w.closed_loop else "timed", _secs(w.a.wait_ns), _secs(w.b.wait_ns),
+                     _ratio(w.wait_ratio), _secs(w.a.p99_ns), _secs(w.b.p99_ns), _ratio(w.p99_ratio),
+                     _ratio(w.finish_ratio) if w.finish_ratio else "-",
+                     "-" if w.share is None else f"{w.share * 100:.0f} %", f"<b>{html.escape(w.answer)}</b>"])
+    real = _table(["workload", "mode", "waited A", "waited B", "A / B", "p99 A", "p99 B", "A / B",
+                   "finish A / B", "share", "answer"], rows, "verdict-real")
+    out = [f"<p>A = {a}, B = {b}. Synthetic ratios are B / A; real-use ratios A / B: above 1x, B "
+           "is better. Waited: the time the workload waited on storage (sum of completion - "
+           "intended); share: how much of the synthetic advantage shows, on a log scale.</p>",
+           synth, real, "<ul class='verdict'>" + "".join(f"<li>{html.escape(w.sentence)}</li>"
+                                                         for w in v.workloads) + "</ul>"]
+    if any(w.a.partial or w.b.partial for w in v.workloads):
+        out.append("<p class='partial'>partial: an interrupted run; compared over the I/Os both runs did.</p>")
+    out += [f"<p class='note'>{html.escape(n)}</p>" for n in v.notes]
+    return "\n".join(out)
 
 
 _CSS = """
 body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}
-th{background:#eee}td:first-child,td:nth-child(2){text-align:left}
+th{background:#eee}td:first-child,td:nth-child(2),th:first-child{text-align:left}
+.one-name td:nth-child(2){text-align:right}
+.words{text-align:left}.verdict li{margin:.3em 0}
 .partial{color:#b00;font-weight:bold}.note{color:#555}figure{margin:1.5em 0}
 img{max-width:100%;border:1px solid #ddd}pre{background:#f6f6f6;padding:1em;overflow-x:auto}
 """
@@ -204,9 +302,9 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
     bin_ns = bin_ns or SECOND_NS
     if files:
         analysed = {id(it): _analyse_file(it.loaded, bin_ns) for it in files}
-        cdf = {f"{it.tag} {op}": c for it in files for op, c in analysed[id(it)].cdf.items()}
-        figures.append(("latency_cdf", "Workload latency (completion - intended) per op, as a CDF.",
-                        plots.latency_cdf(cdf)))
+        figures.append(("latency_cdf", "Workload latency (completion - intended) as a CDF: one panel "
+                        "per trace, a colour per target, a line style per op.",
+                        plots.latency_cdf(_cdf_panels(files, analysed))))
         ts = {it.tag: analysed[id(it)].ts for it in files}
         window = f"{bin_ns / 1e9:g} s" if bin_ns >= 1e8 else f"{bin_ns / 1e6:g} ms"
         figures.append(("iops_over_time", f"IOPS per {window} window over time (each dot one window).",
@@ -268,8 +366,7 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
         (sa, fa), (sb, fb) = side[targets[0]], side[targets[1]]
         try:
             v = verdict(sa, sb, fa, fb, targets[0], targets[1])
-            verdict_html = "<h2>Verdict: does the synthetic advantage show up in real use?</h2>" + \
-                f"<pre>{html.escape(v.format_table())}</pre>"
+            verdict_html = "<h2>Verdict: does the synthetic advantage show up in real use?</h2>" + _verdict_html(v)
         except VerdictError as e:
             notes.append(f"No verdict table: {e}")
 

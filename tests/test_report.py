@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import cli_process
+from analysis import plots
+from analysis.verdict import SYNTHETIC_SCORES
 from replay.runner import RunOptions, replay
 from synth.generators import random_mix, to_trace
 from traces.schema import METADATA_KEY
@@ -107,6 +109,41 @@ def test_interrupted_results_are_shown_marked_partial(runs, tmp_path):
     assert "<td>500</td>" in page  # the 500 I/Os it did
 
 
+def test_synthetic_scores_and_the_verdict_read_as_words_in_html_tables(runs, tmp_path):
+    page = _report(runs, tmp_path).read_text()
+    key, label, unit = SYNTHETIC_SCORES["mix"]
+    # The fixture's scores: 1,000 x QD for the mix, 900 x QD steady-state IOPS (QD 1 and 32).
+    assert f"{label}: 1,000 {unit}" in page and f"{label}: 32,000 {unit}" in page
+    assert "steady state: 28,800 IOPS" in page and "SNIA steady state reached at round 3" in page
+    assert key not in page and not re.search(r"\d\.\d+e[+-]\d", page), "raw keys or scientific notation"
+    verdict_part = page.split("<h2>Verdict", 1)[1].split("<h2>Plots", 1)[0]
+    assert "<pre>" not in verdict_part and verdict_part.count("<table") == 2
+    assert f"<td>{label}</td><td>1,000 {unit}</td><td>32,000 {unit}</td><td>32.00x</td>" in verdict_part
+    for name in ("random", "oltp"):  # a row per workload, its answer, and its sentence
+        row = re.search(rf"<tr><td>{name}</td><td>afap</td>(.*?)</tr>", verdict_part)
+        assert row and re.search(r"<b>(yes|partly|no|reversed)</b>", row.group(1)), name
+        assert re.search(rf"<li>fast is 32.00x faster than slow on [^<]*; on {name} it finishes", verdict_part)
+
+
+def test_latency_cdf_is_one_panel_per_trace_with_a_line_per_target_and_op():
+    lat, share = np.array([10_000, 20_000, 400_000]), np.array([0.5, 0.9, 1.0])
+    targets = [f"drive {i}" for i in range(4)]
+    panels = {trace: {t: {"read": (lat * (i + 1), share), "write": (lat * (i + 2), share)}
+                      for i, t in enumerate(targets)} for trace in ("oltp", "blob", "boot")}
+    fig = plots.latency_cdf(panels)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == ["oltp", "blob", "boot"]
+    for ax in shown:
+        lines = ax.get_lines()
+        assert len(lines) == 8  # 4 targets x 2 ops, not 24 in one panel
+        assert [ln.get_linestyle() for ln in lines] == ["-", "--"] * 4
+    colours = [[ln.get_color() for ln in ax.get_lines()] for ax in shown]
+    assert colours[0] == colours[1] == colours[2] and len(set(map(str, colours[0]))) == 4
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == [*targets, "read", "write"]
+    plots.png_bytes(fig)
+
+
 @pytest.mark.parametrize("case, phrase", [("missing", "no such file"), ("trace", "not the results of a replay"),
                                            ("labels", "one --label per input"), ("window", "--window-ms")])
 def test_bad_input_is_one_sentence_and_no_page(runs, tmp_path, case, phrase):
@@ -120,8 +157,12 @@ def test_bad_input_is_one_sentence_and_no_page(runs, tmp_path, case, phrase):
 
 
 _CHECK = ("<script>window.addEventListener('load',()=>{const im=[...document.images];"
-          "document.title='decoded '+im.filter(i=>i.complete&&i.naturalWidth>0).length+' of '+im.length;});"
+          "const r=im[0].getBoundingClientRect();"
+          "document.title='decoded '+im.filter(i=>i.complete&&i.naturalWidth>0).length+' of '+im.length"
+          "+' first at '+[r.left+im[0].clientLeft+scrollX,r.top+im[0].clientTop+scrollY,"
+          "im[0].clientWidth,im[0].clientHeight,im[0].naturalWidth].map(Math.round).join(',');});"
           "</script></body>")
+WINDOW = "--window-size=1200,2400"
 
 
 def _chromium(*args, timeout=90):
@@ -137,16 +178,25 @@ def test_report_renders_in_headless_chromium(runs, tmp_path):
     images = out.read_text().count("<img ")
     probe = tmp_path / "probe.html"  # the report plus a script that counts decoded images
     probe.write_text(out.read_text().replace("</body>", _CHECK))
-    dom = _chromium("--dump-dom", probe.as_uri())
-    assert f"<title>decoded {images} of {images}</title>" in dom.stdout
+    dom = _chromium("--dump-dom", WINDOW, probe.as_uri())
+    found = re.search(rf"<title>decoded {images} of {images} first at (\d+),(\d+),(\d+),(\d+),(\d+)</title>",
+                      dom.stdout)
+    assert found, dom.stdout[:300]
+    left, top, width, height, natural = map(int, found.groups())
+    assert width == natural, "the first plot is shown at its own size, not scaled"
     assert ":CONSOLE" not in dom.stderr, "the page logged to the console"
     shot = tmp_path / "shot.png"
-    done = _chromium(f"--screenshot={shot}", "--window-size=1200,2400", out.as_uri())
+    done = _chromium(f"--screenshot={shot}", WINDOW, out.as_uri())
     assert shot.exists(), done.stderr[-2000:]
     img = matplotlib.image.imread(shot)[..., :3]
-    assert img.shape[:2] == (2400, 1200)
-    plotted = (img.std(axis=2) > 0.1).mean()  # coloured pixels: plot lines, dots, heat map
-    assert plotted > 0.002 and img.std() > 0.05
+    assert img.shape[:2] == (2400, 1200) and top + height <= 2400
+    # The screenshot shows the first plot (the latency CDF) pixel for pixel as its PNG file has
+    # it: compared where the page laid it out, give or take a pixel of rounding.
+    png = matplotlib.image.imread(tmp_path / "report_files" / "latency_cdf.png")[..., :3]
+    assert png.shape[:2] == (height, width)
+    diff = min(float(np.abs(img[top + dy:top + dy + height, left + dx:left + dx + width] - png).mean())
+               for dy in (-1, 0, 1) for dx in (-1, 0, 1))
+    assert diff < 0.01, f"the screenshot differs from the plot by {diff:.3f} on average"
     # The console check can fail: the same call sees an error logged by a page.
     bad = tmp_path / "bad.html"
     bad.write_text("<script>console.error('broken')</script>")
