@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.compare import target_label
 from analysis.histogram import LatencyHistogram
 from analysis.results import Results, ResultsError, ResultsSet, load
 
@@ -324,9 +325,8 @@ def compare_workload(ra: Results, rb: Results, ref: Synthetic, labels) -> Worklo
 
 def _label(items, fallback: str) -> str:
     for item in items:
-        path = item.target.get("path")
-        if path:
-            return str(path)
+        if item.target.get("path"):
+            return target_label(item.target)
     return fallback
 
 
