@@ -115,6 +115,9 @@ def verify_trace(trace) -> int:
         row += n
     if row != trace.num_rows:
         raise TraceFormatError(trace.path, f"read {row} rows but the footer says {trace.num_rows}")
+    if row == 0:
+        raise TraceFormatError(trace.path, "holds no I/Os (0 rows): there is nothing to replay; "
+                               "check how the trace was made")
     return row
 
 
