@@ -4,6 +4,7 @@ Ctrl-C over several chunks and workers; captures after a killed one, and of an e
 """
 import contextlib
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -88,6 +89,23 @@ def test_sigterm_before_the_first_io_exits_143_and_leaves_nothing(tmp_path):
     assert proc.returncode == 143, stderr
     assert "SIGTERM" in one_line(stderr, "interrupted")
     assert not out.exists() and not journal(out) and os.listdir(tmpdir) == []
+
+
+def test_sigterm_ends_a_bench_as_ctrl_c_does(tmp_path):
+    out = tmp_path / "steady"
+    with replay_process("bench", "steady", "--engine", "null", "--span", "64M", "--duration", "120",
+                        "-o", out, cwd=tmp_path) as proc:
+        wait_for(proc, lambda: glob.glob(f"{out}/steady.parquet.*.partial"), "the steady run")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    one_line(stderr, "are saved in")
+    results = json.loads((out / "results.json").read_text())
+    assert results["interrupted"] is True
+    assert [(r["name"], r["interrupted"]) for r in results["runs"]] == [("fill", False), ("steady", True)]
+    assert open_trace(out / "steady.parquet").metadata["rows_done"] > 0
+    assert not glob.glob(f"{out}/*.partial")
 
 
 # ---- SIGKILL: the journal keeps all but the last seconds ---------------------------------
@@ -256,3 +274,54 @@ def test_a_full_results_filesystem_mid_run_stops_cleanly_and_keeps_the_rows(tmp_
         rows = len(cols["op"])
         assert 0 < rows < n and meta["interrupted"] is True
         np.testing.assert_array_equal(cols["ts_ns"], np.arange(rows) * gap)
+
+
+# ---- captures ----------------------------------------------------------------------------
+
+TRACEFS = Path("/sys/kernel/tracing")
+
+
+def _remove_instance(path: Path) -> None:
+    if path.exists():
+        with contextlib.suppress(OSError):
+            (path / "tracing_on").write_text("0\n")
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+@root
+@pytest.mark.loopdev
+def test_a_capture_removes_the_instance_a_killed_capture_left(tmp_path, loop_device):
+    dev = loop_device(16 * MIB)
+    left = None
+    try:
+        with replay_process("capture", dev, "-o", tmp_path / "killed.parquet", "--backend",
+                            "tracefs") as proc:
+            left = TRACEFS / "instances" / f"tracereplay-{proc.pid}"
+            wait_for(proc, lambda: left.exists() and (left / "tracing_on").read_text() == "1\n",
+                     "the capture's recording")
+            proc.kill()
+            proc.wait()
+        assert left.exists() and (left / "tracing_on").read_text().strip() == "1"
+        done = replay_cli("capture", dev, "-o", tmp_path / "next.parquet", "--backend", "tracefs",
+                          "--duration", "0.3")
+        assert done.returncode == 0, done.stderr
+        line = one_line(done.stderr, "removed tracefs instance")
+        assert left.name in line and "killed" in line
+        assert not left.exists()
+    finally:
+        if left is not None:
+            _remove_instance(left)
+
+
+@root
+@pytest.mark.loopdev
+def test_capturing_a_device_of_size_0_is_refused_in_one_line(tmp_path):
+    free = subprocess.run(["losetup", "-f"], capture_output=True, text=True).stdout.strip()
+    if not free or not os.path.exists(free):
+        pytest.skip("no free loop device node")
+    done = replay_cli("capture", free, "-o", tmp_path / "empty.parquet", "--duration", "1")
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr, "error:")
+    assert "size 0" in line and free in line
+    assert not (tmp_path / "empty.parquet").exists()

@@ -1,12 +1,14 @@
 """`replay bench TEST [TARGET] -o DIR`: the reviewers' standard tests on the engine, scored."""
 import json
 import re
+import signal
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from replay import signals
 from replay.commands import fail
 from replay.commands.run import Engine
 from replay.errors import ReplayError
@@ -107,11 +109,16 @@ def bench(
             data=tuple(x.strip() for x in data.split(",")), read_share=read_share / 100,
             precondition_s=precondition, point_s=point,
             qd_scaling=tuple(_whole(x, "--qd-scaling") for x in qd_scaling.split(",")) if qd_scaling else ())
-        results = run_bench(test.value, target, output, options, on_run=on_run, notices=notices)
+        with signals.StopSignals():  # SIGTERM, SIGHUP end the suite as Ctrl-C does
+            results = run_bench(test.value, target, output, options, on_run=on_run, notices=notices)
     except ReplayError as e:
         for n in dict.fromkeys(notices):
             typer.echo(f"note: {n}", err=True)
         fail(e)
+    except KeyboardInterrupt as e:  # before the first run
+        typer.echo(f"interrupted by {signals.name(signals.signum_of(e))} before the first run: "
+                   "nothing was written", err=True)
+        raise typer.Exit(signals.exit_status(signals.signum_of(e))) from None
     for n in dict.fromkeys(notices):
         typer.echo(f"note: {n}", err=True)
     if json_out:
@@ -122,4 +129,4 @@ def bench(
     if results["interrupted"]:
         typer.echo(f"interrupted: the {len(results['runs'])} runs done are saved in {output}, "
                    "marked interrupted", err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(signals.exit_status(signals.StopSignals.last or signal.SIGINT))

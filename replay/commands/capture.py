@@ -2,6 +2,7 @@
 `replay capture recipe NAME [DEVICE] -o OUT [--KNOB VALUE ...]`: capture a real application.
 """
 import inspect
+import signal
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -9,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
+from replay import signals
 from replay.commands import fail
 from replay.errors import ReplayError
 
@@ -59,8 +61,9 @@ def capture(
     typer.echo(f"captured {result.rows} I/Os from {device} with {result.backend} "
                f"({result.lost_events} events lost): {result.output}")
     if result.interrupted:
-        typer.echo("interrupted: the trace holds the I/O up to the interruption", err=True)
-        raise typer.Exit(130)
+        by = signals.name(result.signal or signal.SIGINT)
+        typer.echo(f"interrupted by {by}: the trace holds the I/O up to the interruption", err=True)
+        raise typer.Exit(signals.exit_status(result.signal or signal.SIGINT))
     if result.command_status:
         typer.echo(f"note: {src['traced_command']} exited with status {result.command_status}; "
                    "the trace holds its I/O up to its end", err=True)

@@ -42,6 +42,7 @@ class CaptureResult:
     interrupted: bool = False
     command_status: int | None = None
     notices: list = field(default_factory=list)
+    signal: int | None = None  # the signal that interrupted it (SIGINT, SIGTERM, SIGHUP)
 
 
 def device_info(device: str) -> dict:
@@ -70,6 +71,10 @@ def device_info(device: str) -> dict:
 
     info["name"] = sysdir.name
     info["size"] = (read("size", int) or 0) * 512
+    if not info["size"]:
+        what = " (a loop device with no file attached)" if sysdir.name.startswith("loop") else ""
+        raise CaptureError(f"{device} has size 0{what}: it can take no I/O to trace; attach or "
+                           "insert its medium first, or give another device")
     info["logical_block_size"] = read("queue/logical_block_size", int)
     info["model"] = read("device/model") or ("loop" if sysdir.name.startswith("loop") else None)
     backing = read("loop/backing_file")
@@ -93,7 +98,8 @@ def _tool_version() -> str:
 
 
 class _Stopper:
-    """SIGINT/SIGTERM set an event instead of raising, so cleanup runs in order; restored on exit."""
+    """SIGINT, SIGTERM and SIGHUP set an event instead of raising, so cleanup runs in order;
+    restored on exit."""
 
     def __init__(self, stop: threading.Event | None = None):
         self.event = threading.Event()
@@ -105,7 +111,7 @@ class _Stopper:
         if self._stop is not None:  # a caller's stop event ends the wait like a signal
             threading.Thread(target=lambda: (self._stop.wait(), self.event.set()), daemon=True).start()
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -210,6 +216,9 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
 
     with _Stopper(stop) as stopper:
         with TracefsSession(info["dev_t"], buffer_kb=buffer_kb) as session:
+            for stale in session.removed_stale:
+                notices.append(f"removed tracefs instance {stale}, left recording by a capture "
+                               "that was killed")
             session.start()
             wall, interrupted, status = _record(session, "tracefs", stopper, command, duration, on_start)
             decoded = session.decode()
@@ -248,7 +257,8 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
                        "their latency_ns is -1")
     metadata = _metadata(info, output, name, command, wall, "tracefs", duration, capture_meta)
     _write(output, cols, metadata)
-    return CaptureResult(output, len(cols["ts_ns"]), "tracefs", lost, metadata, interrupted, status, notices)
+    return CaptureResult(output, len(cols["ts_ns"]), "tracefs", lost, metadata, interrupted, status, notices,
+                         stopper.signal if interrupted else None)
 
 
 def _metadata(info, output, name, command, wall, backend, duration, capture_meta) -> dict:
@@ -302,4 +312,5 @@ def _capture_blktrace(device, output, info, command, duration, strict, name, not
                     "command_status": status, "decoder": fmt_meta}
     metadata = _metadata(info, output, name, command, wall, "blktrace", duration, capture_meta)
     _write(output, cols, metadata)
-    return CaptureResult(output, len(cols["ts_ns"]), "blktrace", lost, metadata, interrupted, status, notices)
+    return CaptureResult(output, len(cols["ts_ns"]), "blktrace", lost, metadata, interrupted, status, notices,
+                         stopper.signal if interrupted else None)

@@ -358,6 +358,48 @@ def _write(path: Path, value) -> None:
         raise CaptureError(f"cannot write {value!r} to {path} ({exc.strerror})") from None
 
 
+INSTANCE_PREFIX = "tracereplay-"
+
+
+def remove_stale_instances(root: Path) -> list[str]:
+    """Remove the `tracereplay-PID` instances whose process is gone, and say which, with the
+    buffers each held: a capture killed with SIGKILL leaves its instance recording, with
+    its kernel buffers (64 MiB a CPU), until the next boot. An instance whose pid is alive
+    (its capture, or a process that reused the pid) is left alone."""
+    removed = []
+    for inst in sorted((root / "instances").glob(f"{INSTANCE_PREFIX}*")):
+        pid = inst.name.removeprefix(INSTANCE_PREFIX)
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        try:
+            held_kb = int((inst / "buffer_total_size_kb").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            held_kb = None
+        try:
+            (inst / "tracing_on").write_text("0\n")
+        except OSError:
+            pass
+        if _rmdir_instance(inst) is None:
+            held = f", which held {held_kb // 1024} MiB of kernel buffers" if held_kb else ""
+            removed.append(f"{inst.name} (process {pid} is gone){held}")
+    return removed
+
+
+def _rmdir_instance(inst: Path) -> OSError | None:
+    """rmdir a tracefs instance, waiting out EBUSY (a reader closing) for up to a second."""
+    for attempt in range(50):
+        try:
+            inst.rmdir()
+            return None
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or attempt == 49:
+                return exc
+            time.sleep(0.02)
+    return None
+
+
 def default_buffer_kb(ncpu: int) -> int:
     """64 MiB per CPU, or less so that all CPUs' buffers take at most a quarter of free memory."""
     try:
@@ -379,7 +421,7 @@ class TracefsSession:
 
     def __init__(self, dev_t: int, buffer_kb: int | None = None, name: str | None = None):
         self.dev_t = dev_t
-        self.name = name or f"tracereplay-{os.getpid()}"
+        self.name = name or f"{INSTANCE_PREFIX}{os.getpid()}"
         self.buffer_kb = buffer_kb
         self.root = None
         self.instance = None
@@ -391,6 +433,7 @@ class TracefsSession:
         self._error = None
         self.overruns = 0
         self.start_mono_ns = None
+        self.removed_stale: list[str] = []  # instances of killed captures, removed by `open`
 
     def __enter__(self):
         try:
@@ -406,6 +449,7 @@ class TracefsSession:
     def open(self):
         self.root, self.mounted = find_tracefs()
         self.layout, self.header, self.formats = read_formats(self.root)
+        self.removed_stale = remove_stale_instances(self.root)
         self.instance = self.root / "instances" / self.name
         try:
             self.instance.mkdir()
@@ -518,17 +562,10 @@ class TracefsSession:
                 _write(self.instance / "tracing_on", 0)
             except CaptureError:
                 pass
-            for attempt in range(50):
-                try:
-                    self.instance.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as exc:
-                    if exc.errno != errno.EBUSY or attempt == 49:
-                        raise CaptureError(f"cannot remove tracefs instance {self.instance} "
-                                           f"({exc.strerror}); remove it with rmdir") from None
-                    time.sleep(0.02)
+            exc = _rmdir_instance(self.instance)
+            if exc is not None:
+                raise CaptureError(f"cannot remove tracefs instance {self.instance} "
+                                   f"({exc.strerror}); remove it with rmdir") from None
             self.instance = None
         if self.mounted:
             subprocess.run(["umount", str(self.root)], capture_output=True)
