@@ -599,7 +599,8 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
 @_deferred_signals
 def _run(source, tgt, mapping, scan, options, output, writes, progress, notices, consumers,
          extra, stops) -> RunOutcome:
-    _check_room(output, scan.rows)
+    # A run to a time limit (a generator with no end) has no row count to check.
+    _check_room(output, None if options.time_limit_s else scan.rows)
     buf_length = max(4096, -(-source.buffer_length // 4096) * 4096 + 2 * tgt.logical_block_size)
     summary_warm_up()
     reps, engine, direct = _start_engines(tgt, options, writes, buf_length, notices)

@@ -41,6 +41,8 @@ class StopSignals:
     so these nest.
     """
 
+    last: int | None = None  # the last signal any of them received, for an exit status
+
     def __init__(self, defer: bool = False):
         self.defer = defer
         self.received: int | None = None
@@ -61,6 +63,7 @@ class StopSignals:
         self._old = {}
 
     def _handle(self, signum, frame):
+        StopSignals.last = signum
         if self.received is None:
             self.received = signum
         if not self.defer or self.waiting:
