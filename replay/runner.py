@@ -507,8 +507,7 @@ def _start_together(reps) -> int:
     as lateness. Returns that instant (monotonic ns)."""
     start_ns = time.monotonic_ns() + START_AHEAD_NS
     for rep in reps:
-        if hasattr(rep, "start_at"):  # TEMPORARY until the engine's start_at lands
-            rep.start_at(start_ns)
+        rep.start_at(start_ns)
     return start_ns
 
 
