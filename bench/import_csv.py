@@ -1,9 +1,9 @@
 """MSR Cambridge CSV import speed: records/s and peak RSS of `replay import` on a generated file.
 
-Usage: python bench/import_csv.py [--records N] [--repeat R]   (default 10 M records, 3 runs)
-The file is made once in a temporary directory (about 52 bytes a record) and removed after.
+Usage: python bench/import_csv.py [--quick] [--json PATH] [--records N] [--repeat R]
+(default 10 M records, 3 runs; --quick 1 M records, 1 run). The file is made once in a
+temporary directory (about 52 bytes a record) and removed after.
 """
-import argparse
 import os
 import resource
 import subprocess
@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
+from _harness import machine, write_json
+from _harness import parser as harness_parser
 
 FILETIME_2007 = 128166372000000000
 
@@ -39,10 +41,13 @@ def make_msr(path: Path, records: int, seed=1):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--records", type=int, default=10_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = harness_parser(__doc__)
+    parser.add_argument("--records", type=int, help="records in the file (default 10 M, quick 1 M)")
+    parser.add_argument("--repeat", type=int, help="imports of it, each its own process (default 3, quick 1)")
     args = parser.parse_args()
+    args.records = args.records or (1_000_000 if args.quick else 10_000_000)
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    runs = []
     with tempfile.TemporaryDirectory(prefix="bench-import-") as tmp:
         src, out = Path(tmp) / "hm_0.csv", Path(tmp) / "hm_0.parquet"
         began = time.monotonic()
@@ -62,11 +67,15 @@ def main():
                 sys.exit(done.stderr)
             rows, seconds, rss_kib = done.stdout.split()
             rows, seconds = int(rows), float(seconds)
+            runs.append({"records": rows, "seconds": seconds, "records_per_s": rows / seconds,
+                         "peak_rss_mib": int(rss_kib) / 1024, "output_mib": out.stat().st_size / 2**20})
             print(f"run {run + 1}: {rows:,} records in {seconds:.2f} s = {rows / seconds / 1e6:.2f} M records/s, "
                   f"peak RSS {int(rss_kib) / 1024:.0f} MiB, output {out.stat().st_size / 2**20:.0f} MiB")
         cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
         print(f"CPU over all runs: {cpu.ru_utime + cpu.ru_stime:.1f} s on {os.cpu_count()} cores; "
               f"load average now {os.getloadavg()[0]:.2f} (other work on the machine skews the figures)")
+    write_json(args.json, {"machine": machine(), "records": args.records, "runs": runs,
+                           "cpu_s": cpu.ru_utime + cpu.ru_stime, "load_average": os.getloadavg()[0]})
 
 
 if __name__ == "__main__":

@@ -5,9 +5,12 @@ their own timing, boot and filecopy as fast as possible, so their time to finish
 `replay verdict` and `replay report`. Prints the verdict; removes the devices, files and cgroup
 however it ends.
 
-    python bench/two_drives.py [--quick] [--riops 2000] [--keep DIR] [--timed oltp,blob] [--afap boot,filecopy]
+    python bench/two_drives.py [--quick] [--json PATH] [--riops 2000] [--keep DIR] [--timed oltp,blob] [--afap boot,filecopy]
+
+--json PATH writes the drives' limits and the verdict (`replay verdict --json`) to PATH.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -49,6 +52,7 @@ def main(argv=None):
     p.add_argument("--wiops", type=int, default=2000, help="slow drive's write IOPS limit")
     p.add_argument("--bps", type=int, default=64, help="slow drive's MiB/s limit, each direction")
     p.add_argument("--keep", type=Path, help="keep the results and the report in this directory")
+    p.add_argument("--json", metavar="PATH", type=Path, help="also write the limits and the verdict as JSON to PATH")
     p.add_argument("--timed", default="oltp,blob",
                    help="traces replayed with their own timing (comma-separated; default oltp,blob)")
     p.add_argument("--afap", default="boot,filecopy",
@@ -90,10 +94,16 @@ def main(argv=None):
                 _replay(["run", trace, dev, *mode, "--remap", "wrap", "--destroy-data",
                          "-o", work / name / f"{trace}.parquet"], th)
     synth = "mix" if bench else "mix.parquet"
-    verdict = _replay(["verdict", "--synthetic-a", work / f"slow-{synth}", "--synthetic-b",
-                       work / f"fast-{synth}", "--traces-a", work / "slow", "--traces-b",
-                       work / "fast", "--label-a", "slow", "--label-b", "fast"])
-    print(verdict.stdout)
+    verdict_args = ["verdict", "--synthetic-a", work / f"slow-{synth}", "--synthetic-b",
+                    work / f"fast-{synth}", "--traces-a", work / "slow", "--traces-b",
+                    work / "fast", "--label-a", "slow", "--label-b", "fast"]
+    print(_replay(verdict_args).stdout)
+    if a.json:
+        a.json.write_text(json.dumps({
+            "size_bytes": size, "slow_limits": {"riops": a.riops, "wiops": a.wiops, "mib_per_s": a.bps},
+            "bench_mix": bench, "timed": a.timed, "afap": a.afap,
+            "verdict": json.loads(_replay([*verdict_args, "--json"]).stdout)}, indent=2) + "\n")
+        print(f"figures written to {a.json}")
     inputs = [work / f"{side}-{synth}" for side in ("slow", "fast")]
     inputs += [work / side / f"{trace}.parquet" for side in ("slow", "fast") for trace, _ in runs]
     labels = ["slow", "fast"] + ["slow"] * len(runs) + ["fast"] * len(runs)

@@ -1,0 +1,40 @@
+"""The promises the documentation makes about bench/: every script takes --quick and --json,
+and the README's figures about the bundled traces are what bench/trace_figures.py computes."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if 'if __name__ == "__main__"' in p.read_text()
+                 and p.name != "_harness.py")
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_bench_script_takes_quick_and_json(script):
+    done = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True,
+                          text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--quick" in done.stdout and "--json" in done.stdout, f"{script} lacks --quick or --json"
+
+
+def test_the_readme_oltp_figures_come_from_trace_figures():
+    sys.path.insert(0, str(BENCH))
+    try:
+        from trace_figures import figures
+    finally:
+        sys.path.remove(str(BENCH))
+    from traces.library import resolve
+
+    f = figures(resolve("oltp"))
+    readme = " ".join((REPO / "README.md").read_text().split())
+    said = re.search(r"For `oltp` the file is (\d+) GiB; the trace writes ([\d.]+) GB, to ([\d.]+) GB "
+                     r"of distinct blocks", readme)
+    assert said, "the README's set-up no longer states the oltp demo's figures"
+    assert int(said.group(1)) == round(f["span_bytes"] / 2**30)
+    assert said.group(2) == f"{f['written_bytes'] / 1e9:.2f}"
+    assert said.group(3) == f"{f['distinct_written_bytes'] / 1e9:.2f}"
+    assert f["written_bytes"] >= f["distinct_written_bytes"] > 0
