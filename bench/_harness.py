@@ -149,7 +149,8 @@ def run_ours(trace, target, output, *, engine=None, afap=True, qd=32, speed=1.0,
 
 def run_fio(args: list[str]) -> dict:
     """Run fio with --output-format=json; returns its first job plus `child_cpu_s` (rusage of
-    fio and its job process) and `job_cpu_s` (the job's usr_cpu + sys_cpu % x its runtime)."""
+    fio and its job processes), and, summed over all its jobs (--numjobs), `job_cpu_s` (each
+    job's usr_cpu + sys_cpu % x its runtime), `ios` and `iops`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     w0 = time.perf_counter()
     proc = subprocess.run(["fio", *args, "--output-format=json"], capture_output=True, text=True)
@@ -158,12 +159,13 @@ def run_fio(args: list[str]) -> dict:
     if proc.returncode:
         raise RuntimeError(f"fio failed ({proc.returncode}): {' '.join(args)}\n{proc.stderr[-3000:]}")
     text = proc.stdout[proc.stdout.index("{"):]  # fio may print notes before the JSON
-    job = json.loads(text)["jobs"][0]
-    runtime_s = job["job_runtime"] / 1e3
+    jobs = json.loads(text)["jobs"]
+    job = jobs[0]
     job["child_cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    job["job_cpu_s"] = (job["usr_cpu"] + job["sys_cpu"]) / 100 * runtime_s
-    job["ios"] = sum(job[d]["total_ios"] for d in ("read", "write", "trim"))
-    job["iops"] = sum(job[d]["iops"] for d in ("read", "write", "trim"))
+    job["job_cpu_s"] = sum((j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] / 1e3 for j in jobs)
+    job["ios"] = sum(j[d]["total_ios"] for j in jobs for d in ("read", "write", "trim"))
+    job["iops"] = sum(j[d]["iops"] for j in jobs for d in ("read", "write", "trim"))
+    job["numjobs"] = len(jobs)
     job["wall_s"] = wall
     return job
 
