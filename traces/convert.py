@@ -13,6 +13,7 @@ import lzma
 import os
 import queue
 import threading
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -62,27 +63,31 @@ class _Counting(io.RawIOBase):
         super().close()
 
 
-def open_text(path, meter=None) -> io.BufferedIOBase:
-    """A binary reader over `path`, decompressed by content, counting raw bytes into `meter`."""
+def open_text(path, meter=None, buffered=True) -> io.BufferedIOBase:
+    """A binary reader over `path`, decompressed by content, counting raw bytes into `meter`.
+
+    buffered=False gives the decompressor itself, whose read1 is one decompression step:
+    no buffer above it can swallow the bytes read before an error (see read_block)."""
     path = Path(path)
     kind = compression(path)
     try:
         raw = io.BufferedReader(_Counting(open(path, "rb", buffering=0), meter), 1 << 20)
     except OSError as e:
         raise TraceFormatError(path, f"cannot read: {e.strerror}") from None
+    wrap = (lambda f: io.BufferedReader(f, 1 << 20)) if buffered else (lambda f: f)
     if kind == "gzip":
-        return io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"), 1 << 20)
+        return wrap(gzip.GzipFile(fileobj=raw, mode="rb"))
     if kind == "xz":
-        return io.BufferedReader(lzma.LZMAFile(raw, "rb"), 1 << 20)
+        return wrap(lzma.LZMAFile(raw, "rb"))
     if kind == "zstd":
         import zstandard
 
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True), 1 << 20)
+        return wrap(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
     return raw
 
 
 def _read_errors():
-    errors = (OSError, EOFError, lzma.LZMAError, gzip.BadGzipFile)
+    errors = (OSError, EOFError, lzma.LZMAError, gzip.BadGzipFile, zlib.error)
     try:
         import zstandard
 
@@ -100,6 +105,7 @@ def iter_lines(path, skip_rows=0):
 
     A Python loop per line: only for error paths and small headers, never the bulk read.
     """
+    number = 0
     try:
         with open_text(path) as f:
             for number, line in enumerate(f, 1):
@@ -109,7 +115,40 @@ def iter_lines(path, skip_rows=0):
                 if line:
                     yield number, line
     except READ_ERRORS as e:
-        raise TraceFormatError(path, f"cannot read: {e}") from None
+        raise read_error(path, number + 1, e) from None
+
+
+def read_error(path, line, exc) -> TraceFormatError:
+    """The error for a read that failed in `line`: a compressed input that stops before its
+    end marker is truncated (the lines before are intact); other failures are damage."""
+    kind = compression(Path(path))
+    if kind is None:
+        return TraceFormatError(path, f"line {line}: cannot read ({exc})")
+    size = os.path.getsize(path)
+    if isinstance(exc, EOFError):
+        return TraceFormatError(path, f"line {line}: the {kind} data stops here, at the end of "
+                                f"the {size}-byte file, before its end marker: the file is "
+                                "truncated (the lines before it are intact)")
+    return TraceFormatError(path, f"line {line}: cannot decompress ({exc}); the {size}-byte "
+                            f"{kind} file is damaged")
+
+
+def read_block(f, size):
+    """(up to `size` bytes of `f`, the read error or None). Compressed input is read one
+    decompression step at a time, so an error keeps the bytes that came before it: they
+    say in which line the input stops."""
+    parts, got = [], 0
+    read = getattr(f, "read1", None) or f.read
+    try:
+        while got < size:
+            piece = read(size - got)
+            if not piece:
+                break
+            parts.append(piece)
+            got += len(piece)
+    except READ_ERRORS as exc:
+        return b"".join(parts), exc
+    return b"".join(parts), None
 
 
 def first_record(path, parse, checker, otherwise):
@@ -199,7 +238,7 @@ def read_blocks(path, names, types, *, check_line, delimiter=",", skip_rows=0,
     # decompressors, which count raw bytes themselves.
     plain = compression(Path(path)) is None
     try:
-        f = pa.OSFile(str(path), "rb") if plain else open_text(path, meter)
+        f = pa.OSFile(str(path), "rb") if plain else open_text(path, meter, buffered=False)
     except OSError as e:
         raise TraceFormatError(path, f"cannot read: {e}") from None
     read_options = pacsv.ReadOptions(column_names=names, block_size=1 << 22)
@@ -209,9 +248,11 @@ def read_blocks(path, names, types, *, check_line, delimiter=",", skip_rows=0,
         column_types=types, include_columns=include or names, strings_can_be_null=False,
         quoted_strings_can_be_null=False, null_values=[])
     try:
-        carry, row, skip, done = b"", 0, skip_rows, False
+        carry, row, skip, done, lines = b"", 0, skip_rows, False, 0
         while not done:
-            data = f.read(block_bytes)
+            data, error = read_block(f, block_bytes)
+            if error is not None:
+                raise read_error(path, lines + (carry + data).count(b"\n") + 1, error)
             if plain and meter is not None:
                 meter.done = min(meter.total, meter.done + len(data))
             if data:
@@ -220,6 +261,7 @@ def read_blocks(path, names, types, *, check_line, delimiter=",", skip_rows=0,
                 block, carry = (data[:cut], data[cut:]) if cut else (b"", data)
             else:
                 block, carry, done = carry, b"", True
+            lines += block.count(b"\n")
             while skip and block:
                 cut = block.find(b"\n") + 1 or len(block)
                 block, skip = block[cut:], skip - 1
@@ -229,20 +271,19 @@ def read_blocks(path, names, types, *, check_line, delimiter=",", skip_rows=0,
                 table = pacsv.read_csv(pa.BufferReader(block), read_options=read_options,
                                        parse_options=parse_options, convert_options=convert_options)
             except pa.ArrowInvalid as exc:
-                raise _locate(path, exc, check_line, skip_rows) from None
+                raise locate_line(path, exc, check_line, skip_rows) from None
             del block
             for batch in table.combine_chunks().to_batches():
                 yield row, batch
                 row += batch.num_rows
     except READ_ERRORS as exc:
-        where = f" past byte offset {meter.done}" if meter is not None else ""
-        raise TraceFormatError(
-            path, f"cannot read{where} ({exc}); is the file truncated or corrupt?") from None
+        raise read_error(path, lines + 1, exc) from None
     finally:
         f.close()
 
 
-def _locate(path, exc, check_line, skip_rows):
+def locate_line(path, exc, check_line, skip_rows=0):
+    """The error naming the first line `check_line` finds at fault (a slow rescan)."""
     for number, line in iter_lines(path, skip_rows):
         problem = check_line(line)
         if problem:
@@ -308,8 +349,9 @@ class Ordered:
     arriving later than that is an error naming its line.
     """
 
-    def __init__(self, path, window_ns=0, skip_rows=0):
+    def __init__(self, path, window_ns=0, skip_rows=0, line_of=None):
         self.path, self.window, self.skip = path, int(window_ns), skip_rows
+        self.line_of = line_of or (lambda row: line_of_row(path, row, skip_rows))
         self.last = None
         self.held = None  # chunk dict plus "_row"
 
@@ -338,7 +380,7 @@ class Ordered:
                 i = int(late.argmax())
                 raise TraceFormatError(
                     self.path,
-                    f"line {line_of_row(self.path, int(rows[i]), self.skip)}: time goes back by "
+                    f"line {self.line_of(int(rows[i]))}: time goes back by "
                     f"{lag[i] / 1e9:.6f} s, more than the reorder window of {self.window / 1e9:g} s; "
                     "is the file sorted by time?")
         chunk = dict(chunk, _row=rows)
@@ -366,7 +408,7 @@ class Ordered:
         if len(ts) and self.last is not None and ts[0] < self.last:
             raise TraceFormatError(
                 self.path,
-                f"line {line_of_row(self.path, int(out['_row'][0]), self.skip)}: time goes back "
+                f"line {self.line_of(int(out['_row'][0]))}: time goes back "
                 f"by {(self.last - ts[0]) / 1e9:.6f} s, more than the reorder window of "
                 f"{self.window / 1e9:g} s; is the file sorted by time?")
         if len(ts):
@@ -375,20 +417,121 @@ class Ordered:
         return out
 
     def _late(self, row, before, after):
-        return fail_at(self.path, row, f"time goes back (from {before} ns to {after} ns); "
-                       "this format must be sorted by time", self.skip)
+        return TraceFormatError(self.path, f"line {self.line_of(row)}: time goes back (from "
+                                f"{before} ns to {after} ns); this format must be sorted by time")
 
 
-def ordered_chunks(path, chunks_with_rows, window_ns=0, skip_rows=0):
-    """Apply `Ordered` to an iterator of (row0, chunk)."""
+def ordered_chunks(path, chunks_with_rows, window_ns=0, skip_rows=0, outliers=None, scale=1):
+    """Apply `Outliers` then `Ordered` to an iterator of (row0, chunk).
+
+    `outliers`: the import's OutlierLog (None: refuse outliers); `scale`: ns per unit of
+    the chunks' ts_ns, for a format whose times are still in its own unit here.
+    """
     order = Ordered(path, window_ns, skip_rows)
+    spikes = Outliers(path, outliers, lambda row: line_of_row(path, row, skip_rows), scale)
     for row0, chunk in chunks_with_rows:
-        out = order.push(chunk, row0)
+        out = order.push(spikes.push(chunk, row0), row0)
         if out is not None and len(out["ts_ns"]):
             yield out
+    rest = spikes.finish()
+    out = order.push(rest, 0) if rest else None
+    if out is not None and len(out["ts_ns"]):
+        yield out
     out = order.finish()
     if out is not None and len(out["ts_ns"]):
         yield out
+
+
+# A gap longer than this between consecutive records is a damaged timestamp, not a pause:
+# it is three times the span of the longest published block trace (Alibaba 2020, 31 days).
+# One glitched record at 1.27e9 s (a Unix time among relative times) made a 40-year trace.
+MAX_GAP_NS = 90 * 86400 * 10**9
+
+
+def span_text(ns) -> str:
+    """A long time span in words: '40.2 years', '95.0 days'."""
+    days = float(ns) / 86400e9
+    return f"{days / 365.25:.1f} years" if days >= 365.25 else f"{days:.1f} days"
+
+
+class OutlierLog:
+    """What an import does with outlying records: drop them (--drop-outliers) or refuse.
+    Dropped records are counted here for the trace's metadata."""
+
+    def __init__(self, drop=False):
+        self.drop = drop
+        self.count = 0
+        self.dropped = []  # "file:line" of the first 20
+        self.first_dropped = False  # a file's first record was one (its origin moved)
+
+    def metadata(self) -> dict:
+        return {"count": self.count, "max_gap_s": MAX_GAP_NS // 10**9, "first": self.dropped}
+
+
+class Outliers:
+    """Finds lone records whose time lies more than MAX_GAP_NS from their neighbours in file
+    order: a damaged timestamp, as a record 40 years away is. Inside the file that is a record
+    far from both neighbours; at either end, one far from its neighbour while that neighbour
+    is near its own. The first one is an error naming its line; with log.drop they are left
+    out and counted. Two rows are held back, for the neighbours of the last ones."""
+
+    def __init__(self, path, log, line_of, scale=1):
+        self.path, self.log, self.line_of, self.scale = path, log or OutlierLog(), line_of, scale
+        self.before = None  # time of the row before `pending`, in the chunk's unit
+        self.before_gap = np.nan  # that row's gap to the one before it
+        self.pending = None  # the last rows seen, undecided
+
+    def push(self, chunk, row0):
+        if "_row" not in chunk:
+            chunk = dict(chunk, _row=np.arange(row0, row0 + len(chunk["ts_ns"]), dtype=np.int64))
+        if self.pending is not None:
+            chunk = concat([self.pending, chunk])
+        n = len(chunk["ts_ns"])
+        decided = max(0, n - 2)
+        self.pending = {k: v[decided:] for k, v in chunk.items()}
+        return self._judge(chunk, decided)
+
+    def finish(self):
+        if self.pending is None:
+            return {}
+        chunk, self.pending = self.pending, None
+        return self._judge(chunk, len(chunk["ts_ns"]))
+
+    def _judge(self, chunk, n):
+        """The first `n` rows of `chunk`, outliers refused or left out."""
+        if n == 0:
+            return {k: v[:0] for k, v in chunk.items()}
+        t = chunk["ts_ns"].astype(np.float64)
+        limit = MAX_GAP_NS / self.scale
+        gaps = np.abs(np.diff(t))
+        left = np.r_[abs(t[0] - self.before) if self.before is not None else np.nan, gaps]
+        right = np.r_[gaps, np.nan]
+        left_of_left = np.r_[self.before_gap, left[:-1]]
+        right_of_right = np.r_[right[1:], np.nan]
+        with np.errstate(invalid="ignore"):  # NaN: no neighbour there; comparisons are False
+            far = (left > limit) & (right > limit)
+            first = np.isnan(left) & (right > limit) & (right_of_right <= limit)
+            last = np.isnan(right) & (left > limit) & (left_of_left <= limit)
+        far = (far | first | last)[:n]
+        self.before, self.before_gap = float(t[n - 1]), float(left[n - 1])
+        if far.any():
+            rows = chunk["_row"][:n][far]
+            if not self.log.drop:
+                i = int(far.argmax())
+                gap = np.nanmin([left[i], right[i]]) * self.scale
+                raise TraceFormatError(
+                    self.path, f"line {self.line_of(int(rows[0]))}: this record's time is "
+                    f"{span_text(gap)} away from the records around it (more than "
+                    f"{span_text(MAX_GAP_NS)}): a damaged timestamp; --drop-outliers leaves "
+                    "such records out")
+            if first[:n].any():
+                self.log.first_dropped = True
+            name = Path(self.path).name
+            room = max(0, 20 - len(self.log.dropped))
+            self.log.dropped.extend(f"{name}:{self.line_of(int(r))}" for r in rows[:room].tolist())
+            self.log.count += len(rows)
+        keep = ~far
+        return {k: v[:n][keep] for k, v in chunk.items()}
 
 
 def concat(chunks):
@@ -469,13 +612,21 @@ def import_trace(paths, output, fmt=None, options=None, command=None, progress=N
     for p in paths:
         if not p.is_file():
             raise TraceFormatError(p, "no such file" if not p.exists() else "not a regular file")
+    if fmt is None and _is_empty(paths[0]):
+        raise TraceFormatError(paths[0], "the file is empty: there is nothing to import")
     name = fmt or sniff(paths[0])
     module = _module(name)
+    if not getattr(module, "EMPTY_FILES_OK", False):
+        for p in paths:
+            if _is_empty(p):
+                raise TraceFormatError(p, "the file is empty: there is nothing to import")
     meter = InputMeter(paths)
-    opts = dict(options or {}, meter=meter)
+    outliers = OutlierLog(bool((options or {}).get("drop_outliers")))
+    opts = dict(options or {}, meter=meter, outliers=outliers)
     metadata, chunks = module.read(paths, opts)
     metadata = dict(metadata)
-    source = dict(metadata.get("source") or {})
+    # The format's own dict: a streaming reader completes its counts in it as it finishes.
+    source = metadata.setdefault("source", {})
     source.setdefault("kind", f"import:{name}")
     source["command"] = command
     source["inputs"] = [p.name for p in paths]
@@ -487,6 +638,12 @@ def import_trace(paths, output, fmt=None, options=None, command=None, progress=N
     output = Path(output)
     chunks = iter(chunks)
     first = next(chunks, None)
+    shift = 0
+    if first is not None and outliers.first_dropped and getattr(module, "ZERO_AT_FIRST", False) \
+            and len(first["ts_ns"]):
+        # The dropped record was the origin the times count from: count from the first kept.
+        shift = int(first["ts_ns"][0])
+        source["time_shift_ns"] = -shift
     # A format may say which columns it would have made, for an input without records.
     declared = metadata.pop("columns", None) or REQUIRED
     names = [n for n in _ORDER if n in (first if first is not None else declared)]
@@ -497,15 +654,57 @@ def import_trace(paths, output, fmt=None, options=None, command=None, progress=N
     with without_gc(), TraceWriter(output, fields, metadata) as writer:
         for part in itertools.chain([first] if first is not None else [], chunks):
             part = {n: _as_column(n, part[n]) for n in names}
+            if shift:
+                part["ts_ns"] = part["ts_ns"] - shift
             _check_chunk(output, part, rows, last_ts)
+            _check_gaps(paths, part, rows, last_ts)
             writer.write(part)
             if len(part["ts_ns"]):
                 last_ts = int(part["ts_ns"][-1])
             rows += len(part["ts_ns"])
             if progress is not None:
                 progress(meter.done, meter.total)
-        writer.close({"rows_imported": rows})
+        if rows == 0:
+            raise TraceFormatError(", ".join(map(str, paths)),
+                                   "no I/O records in the input: there is nothing to import")
+        extra = {"rows_imported": rows, "source": source}
+        if outliers.count:
+            extra["dropped_outliers"] = outliers.metadata()
+        writer.close(extra)
     return output, rows
+
+
+def _is_empty(path) -> bool:
+    """Whether the (decompressed) file holds nothing but white space."""
+    from traces.formats.inputs import read_head
+
+    head = read_head(path)
+    if head.strip():
+        return False
+    if len(head) < 65536:
+        return True
+    with open_text(path) as f:
+        while data := f.read(1 << 20):
+            if data.strip():
+                return False
+    return True
+
+
+def _check_gaps(paths, part, row0, last_ts) -> None:
+    """The backstop behind each format's outlier check: consecutive I/Os (and the start, 0,
+    and the first I/O) more than MAX_GAP_NS apart are refused, naming the I/O rows."""
+    ts = part["ts_ns"]
+    if not len(ts):
+        return
+    gaps = np.diff(ts, prepend=last_ts if last_ts is not None else 0)
+    if (far := gaps > MAX_GAP_NS).any():
+        i = int(far.argmax())
+        where = (f"I/O {row0 + i + 1} comes {span_text(gaps[i])} after the one before it"
+                 if row0 + i else f"the first I/O comes {span_text(gaps[i])} after the trace's start")
+        raise TraceFormatError(", ".join(map(str, paths)), f"{where} (more than "
+                               f"{span_text(MAX_GAP_NS)}): a damaged timestamp, not a pause; "
+                               "--drop-outliers leaves out lone records that far from their "
+                               "neighbours, other damage must be cut out of the input")
 
 
 @contextlib.contextmanager

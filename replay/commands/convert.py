@@ -9,18 +9,11 @@ import typer
 
 from replay.commands import fail
 from replay.errors import ReplayError
+from traces import formats
 
 
-class ImportFormat(str, Enum):
-    blktrace = "blktrace"
-    fio = "fio"
-    blkparse = "blkparse"
-    fiu = "fiu"
-    msr = "msr"
-    umass = "umass"
-    alibaba = "alibaba"
-    tencent = "tencent"
-    csv = "csv"
+# The choices come from the one registry of formats (traces.formats.NAMES).
+ImportFormat = Enum("ImportFormat", {name: name for name in formats.NAMES}, type=str)
 
 
 class ExportFormat(str, Enum):
@@ -37,6 +30,13 @@ class Event(str, Enum):
 class Asu(str, Enum):
     devices = "devices"
     concat = "concat"
+
+
+class TimeUnit(str, Enum):
+    s = "s"
+    ms = "ms"
+    us = "us"
+    ns = "ns"
 
 
 class _Progress:
@@ -68,20 +68,24 @@ class _Progress:
 def import_(
     files: Annotated[List[Path], typer.Argument(help="Trace files to import, all in the same format; .gz, .xz and .zst files are read directly. Several files are merged by time, each becoming its own device number where the format has no device of its own.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The Parquet trace to write. It appears only when the whole import succeeded; a failed import leaves nothing behind.")],
-    format: Annotated[Optional[ImportFormat], typer.Option("--format", help="The input format. Without it, the format is recognised from the first file's content.")] = None,
-    event: Annotated[Event, typer.Option(help="For blktrace input: the event that stands for an I/O, queue (Q, as the application asked) or issue (D, as the device saw it).")] = Event.issue,
+    format: Annotated[Optional[ImportFormat], typer.Option("--format", help="The input format (the README lists what each one is). Without it, the format is recognised from the first file's content; disksim input also needs --time-unit.")] = None,
+    event: Annotated[Event, typer.Option(help="For blktrace and blkparse input: the event that stands for an I/O, queue (Q, as the application asked) or issue (D, as the device saw it).")] = Event.issue,
     asu: Annotated[Asu, typer.Option(help="For UMass SPC input: devices makes each ASU its own device number; concat lays the ASUs one after another in one address space.")] = Asu.devices,
-    device: Annotated[Optional[str], typer.Option(help="For Alibaba and Tencent input: keep only this device_id or VolumeID. Without it, every device is kept and numbered in the device column.")] = None,
+    device: Annotated[Optional[str], typer.Option(help="For Alibaba, Tencent and DiskSim input: keep only this device_id, VolumeID or devno. Without it, every device is kept and numbered in the device column.")] = None,
+    time_unit: Annotated[Optional[TimeUnit], typer.Option("--time-unit", help="For DiskSim input, required: the unit of its times, ms for DiskSim, ns for MQSim (or us, s).")] = None,
+    drop_outliers: Annotated[bool, typer.Option("--drop-outliers", help="Leave out lone records whose time is more than 90 days from the records around them (a damaged timestamp), and list them in the trace's metadata. Without it such a record stops the import, naming its line.")] = False,
     name: Annotated[Optional[str], typer.Option(help="The trace's name in its metadata. Default: the first input file's name without its extensions.")] = None,
 ):
     """Import traces in a public or tool format into a validated Parquet trace.
 
     The records are checked as they are read: a malformed line stops the import with its
-    file and line number, and no output is written. Example: replay import hm_0.csv.gz -o hm_0.parquet
+    file and line number, and no output is written. An input without any I/O is refused.
+    Example: replay import hm_0.csv.gz -o hm_0.parquet
     """
     from traces.convert import import_trace
 
-    options = {"event": event.value, "asu": asu.value, "device": device, "name": name}
+    options = {"event": event.value, "asu": asu.value, "device": device, "name": name,
+               "time_unit": time_unit.value if time_unit else None, "drop_outliers": drop_outliers}
     command = shlex.join(["replay", *sys.argv[1:]])
     progress = _Progress()
     try:
@@ -93,6 +97,13 @@ def import_(
     finally:
         progress.close()
     typer.echo(f"imported {rows} I/Os into {out}")
+    if drop_outliers:
+        from traces.trace import open_trace
+
+        dropped = open_trace(out).metadata.get("dropped_outliers")
+        if dropped:
+            typer.echo(f"left out {dropped['count']} record(s) with an outlying time "
+                       f"({', '.join(dropped['first'])}); the trace's metadata lists them")
 
 
 def export(

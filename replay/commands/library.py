@@ -95,10 +95,19 @@ def verify_trace(trace) -> int:
 
     device_size = trace.metadata.get("device_size")
     known_flags = int(Flag.SYNC | Flag.FUA | Flag.META | Flag.READAHEAD)
+    from traces.convert import MAX_GAP_NS, span_text
+
     columns = [n for n in trace.column_names if n != "comm"]
-    row = 0
+    row, last_ts = 0, 0
     for chunk in trace.chunks(columns):
         n = len(chunk["ts_ns"])
+        # A gap no block trace has (see MAX_GAP_NS): a damaged timestamp, as in a 40-year trace.
+        gaps = np.diff(chunk["ts_ns"], prepend=last_ts)
+        if (far := gaps > MAX_GAP_NS).any():
+            i = int(far.argmax())
+            raise TraceFormatError(trace.path, f"ts_ns jumps by {span_text(gaps[i])} (more than "
+                                   f"{span_text(MAX_GAP_NS)}): a damaged timestamp", "ts_ns", row + i)
+        last_ts = int(chunk["ts_ns"][-1]) if n else last_ts
         if isinstance(device_size, int) and n:
             over = chunk["offset"] + chunk["length"] > device_size
             if over.any():

@@ -9,6 +9,8 @@ Every format module defines:
         raising replay.errors.TraceFormatError with the file and line or byte offset
 and optionally
     write(trace: traces.trace.TraceFile, out: Path, options: dict) -> None   (export)
+    ZERO_AT_FIRST = True      times count from the first record (moved when it is dropped)
+    EMPTY_FILES_OK = True     an empty input file is no mistake (blktrace's idle CPUs)
 """
 import importlib
 from pathlib import Path
@@ -17,7 +19,8 @@ from replay.errors import TraceFormatError
 from traces.formats.inputs import read_head
 
 # In sniffing order: the binary and self-describing formats first, bare CSVs last.
-NAMES = ("blktrace", "fio", "blkparse", "fiu", "msr", "umass", "alibaba", "tencent", "csv")
+NAMES = ("blktrace", "fio", "blkparse", "blkreplay", "fiu", "disksim", "msr", "umass", "alibaba",
+         "tencent", "csv")
 
 
 def get(name: str):

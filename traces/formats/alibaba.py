@@ -15,6 +15,7 @@ from traces.schema import Op
 
 NAME = "alibaba"
 DESCRIPTION = "Alibaba 2020 block traces CSV (device_id,opcode,offset,length,timestamp)"
+ZERO_AT_FIRST = True  # times count from the first record
 NAMES = ["device", "opcode", "offset", "length", "ts"]
 TYPES = {"device": pa.int64(), "opcode": convert.WORD, "offset": pa.int64(),
          "length": pa.int64(), "ts": pa.int64()}
@@ -91,7 +92,8 @@ def read(paths, options):
             metadata["source"]["device_sizes"] = {str(k): v for k, v in sorted(sizes.items())}
             metadata["device_size"] = max(sizes.values(), default=0)
     meter = options.get("meter")
-    streams = [convert.ordered_chunks(p, _chunks(p, wanted, origin, meter), WINDOW_NS) for p in paths]
+    streams = [convert.ordered_chunks(p, _chunks(p, wanted, origin, meter), WINDOW_NS,
+                                      outliers=options.get("outliers")) for p in paths]
     return metadata, convert.merge_sorted(streams)
 
 

@@ -1,30 +1,39 @@
 """blkparse's default text output (`maj,min cpu seq sec.nsec pid action RWBS sector + nblocks
 [cmd]`): import. Each line becomes a blktrace event and goes through the same matching of
 completions to I/Os as the binary reader; the trailing summary block is ignored.
+
+Output piped live from blktrace interleaves the CPUs, so times go back by microseconds: the
+events are sorted within a reorder window of WINDOW_NS (as the MSR, FIU and Alibaba importers
+do) before matching, and an event later than that is an error naming its line.
 """
-import io
 import re
 
 import numpy as np
 
 from replay.errors import TraceFormatError
+from traces import convert
 from traces.formats import blktrace
-from traces.formats.inputs import open_input
 
 NAME = "blkparse"
 DESCRIPTION = "blkparse text output (maj,min cpu seq sec.nsec pid action RWBS sector + nblocks [cmd])"
+WINDOW_NS = 1_000_000_000
 
-_LINES = 1 << 18  # lines per block
+_BLOCK_BYTES = 16 << 20  # text per step
 _EVENT = re.compile(rb"^\s*\d+,\d+\s+\d+\s+\d+\s+\d+\.\d+\s+\d+\s+[A-Za-z]{1,2}\s+[A-Z]*", re.M)
 _SUMMARY = re.compile(r"^(CPU\d+ \(|Total \()")
 _ACTIONS = {"Q": 1, "M": 2, "F": 3, "G": 4, "S": 5, "R": 6, "D": 7, "C": 8, "P": 9, "U": 10,
             "UT": 11, "I": 12, "X": 13, "B": 14, "A": 15}
 # Actions printed without a trailing [cmd] or [error].
 _NO_BRACKET = {"A", "m"}
+# RWBS, as blkparse (blkparse_fmt.c fill_rwbs) and the kernel's blk_fill_rwbs print it: an
+# optional leading F (a pre-flush), one letter for the operation, then the modifiers. An F
+# after the operation letter is FUA. E (secure erase) follows D. B (barrier) is what
+# blkparse printed before kernel 2.6.37 for the bit that became FLUSH; that kernel turned
+# barrier writes into a pre-flush plus FUA (WRITE_FLUSH_FUA), so B is read as both.
+_RWBS_OP = {"D": blktrace.TC_DISCARD | blktrace.TC_WRITE, "W": blktrace.TC_WRITE,
+            "R": blktrace.TC_READ, "N": 0, "F": blktrace.TC_FLUSH}
 _RWBS_TAIL = {"F": blktrace.TC_FUA, "A": blktrace.TC_AHEAD, "S": blktrace.TC_SYNC,
-              "M": blktrace.TC_META}
-_RWBS_DIR = {"D": blktrace.TC_DISCARD | blktrace.TC_WRITE, "W": blktrace.TC_WRITE,
-             "R": blktrace.TC_READ, "N": blktrace.TC_READ}
+              "M": blktrace.TC_META, "B": blktrace.TC_FLUSH | blktrace.TC_FUA}
 
 
 def sniff(path, head: bytes) -> bool:
@@ -37,35 +46,43 @@ def sniff(path, head: bytes) -> bool:
 def _rwbs(text: str) -> int | None:
     """Category bits of an RWBS string, None if it is not one."""
     i, category = 0, 0
-    if text.startswith("F") and len(text) > 1 and text[1] in _RWBS_DIR:
+    if text[:1] == "F" and text[1:2] in _RWBS_OP:
         category, i = blktrace.TC_FLUSH, 1
-    if i >= len(text) or text[i] not in _RWBS_DIR:
+    if i >= len(text) or text[i] not in _RWBS_OP:
         return None
-    category |= _RWBS_DIR[text[i]]
-    for letter in text[i + 1:]:
-        if letter not in _RWBS_TAIL:
-            return None
+    category |= _RWBS_OP[text[i]]
+    tail = text[i + 1:]
+    if text[i] == "D" and tail[:1] == "E":
+        tail = tail[1:]  # secure erase: a discard that must erase
+    if len(set(tail)) != len(tail) or any(letter not in _RWBS_TAIL for letter in tail):
+        return None
+    for letter in tail:
         category |= _RWBS_TAIL[letter]
     return category
 
 
-def _blocks(path):
-    """Yield (event columns, notes) for blocks of lines; notes carry process names."""
-    try:
-        raw = open_input(path)
-    except OSError as e:
-        raise TraceFormatError(path, f"cannot read: {e.strerror or e}") from None
-    with raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n") as text:
-        number = 0
-        summary = False
-        while True:
-            try:
-                lines = text.readlines(_LINES * 64)
-            except (OSError, EOFError) as e:
-                raise TraceFormatError(path, f"line {number + 1}: cannot read ({e})") from None
-            if not lines:
-                return
-            cols = {"time": [], "sector": [], "bytes": [], "action": [], "pid": [], "device": []}
+def _text_blocks(path):
+    """Yield (event columns with "_row" = line number, notes) for blocks of lines."""
+    f = convert.open_text(path, buffered=False)
+    with f:
+        carry, number, summary, done = b"", 0, False, False
+        while not done:
+            data, error = convert.read_block(f, _BLOCK_BYTES)
+            if error is not None:
+                raise convert.read_error(path, number + (carry + data).count(b"\n") + 1, error)
+            if data:
+                data = carry + data
+                cut = data.rfind(b"\n") + 1
+                block, carry = data[:cut], data[cut:]
+            else:
+                block, carry, done = carry, b"", True
+            if not block:
+                continue
+            lines = block.decode("utf-8", "replace").split("\n")
+            if block.endswith(b"\n"):
+                lines.pop()
+            cols = {"time": [], "sector": [], "bytes": [], "action": [], "pid": [], "device": [],
+                    "line": []}
             names = {}
             for line in lines:
                 number += 1
@@ -79,17 +96,43 @@ def _blocks(path):
                     continue
                 for name, value in zip(("time", "sector", "bytes", "action", "pid", "device"), event[:6]):
                     cols[name].append(value)
+                cols["line"].append(number)
                 if event[6]:
                     names[event[4]] = event[6]
             columns = {
-                "time": np.array(cols["time"], np.int64),
+                "ts_ns": np.array(cols["time"], np.int64),
                 "sector": np.array(cols["sector"], np.uint64),
                 "bytes": np.array(cols["bytes"], np.uint32),
                 "action": np.array(cols["action"], np.uint32),
                 "pid": np.array(cols["pid"], np.uint32),
                 "device": np.array(cols["device"], np.uint32),
+                "_row": np.array(cols["line"], np.int64),
             }
             yield columns, [("comm", pid, name) for pid, name in names.items()]
+
+
+def _blocks(path, outliers=None):
+    """Yield (event columns, notes) in time order: lone events far from their neighbours are
+    refused or dropped (convert.Outliers), the rest sorted within WINDOW_NS."""
+    line = lambda number: number  # noqa: E731  (rows here are line numbers)
+    spikes = convert.Outliers(path, outliers, line)
+    order = convert.Ordered(path, WINDOW_NS, line_of=line)
+    for columns, notes in _text_blocks(path):
+        out = order.push(spikes.push(columns, 0), 0)
+        yield _events(out), notes
+    rest = spikes.finish()
+    out = order.push(rest, 0) if rest else None
+    if out is not None:
+        yield _events(out), []
+    yield _events(order.finish()), []
+
+
+def _events(columns):
+    """The matcher's columns from a reordered chunk (None: nothing yet)."""
+    if columns is None:
+        return blktrace._empty_columns()
+    out = {name: columns[name] for name in ("sector", "bytes", "action", "pid", "device")}
+    return {"time": columns["ts_ns"], **out}
 
 
 def _parse(path, number, line):
@@ -140,6 +183,8 @@ def _parse(path, number, line):
                 raise ValueError
     except ValueError:
         raise bad("cannot read 'sector + blocks'") from None
+    if nblocks == 0 and "B" in fields[6]:
+        category &= ~blktrace.TC_FUA  # an empty barrier is a flush
     if nblocks == 0:
         # blkparse prints no sector for an empty Q or D (a flush) but does for its C: drop it
         # everywhere so the three still pair up.
@@ -171,4 +216,4 @@ def read(paths, options=None):
     event = options.get("event") or "issue"
     metadata = {"source": {"kind": f"import:{NAME}", "files": [str(p) for p in paths], "event": event}}
     matcher = blktrace._Matcher(paths[0], event, metadata)
-    return blktrace._prime(metadata, matcher.chunks(_blocks(paths[0])))
+    return blktrace._prime(metadata, matcher.chunks(_blocks(paths[0], options.get("outliers"))))

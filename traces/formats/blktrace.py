@@ -25,6 +25,7 @@ from traces.schema import Flag, Op
 
 NAME = "blktrace"
 DESCRIPTION = "blktrace binary records: per-CPU files (dev.blktrace.N) or one merged stream (blkparse -d)"
+EMPTY_FILES_OK = True  # the per-CPU file of an idle CPU is empty
 
 MAGIC = 0x65617400
 VERSION = 0x07
@@ -656,6 +657,7 @@ class _Matcher:
         self.devices: set[int] = set()
         self.stats = {"records": 0, "ios": 0, "unmatched_ios": 0, "unmatched_completions": 0,
                       "preflush_writes": 0}
+        self.actions = np.zeros(256, np.int64)  # records per action code, for a clear refusal
 
     def note(self, notes):
         for note in notes:
@@ -676,6 +678,7 @@ class _Matcher:
                 self.t0 = int(columns["time"][0])
             self.note(notes)
             self.stats["records"] += len(columns["time"])
+            self.actions += np.bincount(columns["action"] & 0xFF, minlength=256)[:256]
             window.append(columns)
             size += len(columns["time"])
             if size >= _WINDOW_RECORDS:
@@ -689,8 +692,19 @@ class _Matcher:
             rows, _ = self._window(events, final=True)
             if rows is not None:
                 yield rows
+        if self.stats["ios"] == 0:
+            self._refuse_empty()
         self.metadata["source"].update(self.stats)
         self.metadata["source"]["devices"] = sorted(dev_name(d) for d in self.devices)
+
+    def _refuse_empty(self):
+        """No I/O at all: say which events the input has, when the other --event would do."""
+        seen = "/".join(name for name, code in (("Q", ACT_QUEUE), ("D", ACT_ISSUE), ("C", ACT_COMPLETE))
+                        if self.actions[code])
+        if self.event == "queue" and not self.actions[ACT_QUEUE] and self.actions[ACT_ISSUE]:
+            raise TraceFormatError(self.path, f"no Q events; this trace has {seen} only: use --event issue")
+        if self.event == "issue" and not self.actions[ACT_ISSUE] and self.actions[ACT_QUEUE]:
+            raise TraceFormatError(self.path, f"no D events; this trace has {seen} only: use --event queue")
 
     def _window(self, ev, final):
         if len(ev["time"]) == 0:

@@ -44,7 +44,8 @@ def read(paths, options):
     metadata = {"description": "Imported from tracereplay CSV: " + ", ".join(p.name for p in paths) + ".",
                 "source": {"kind": "import:csv"}, "columns": heads[0]}
     meter = options.get("meter")
-    streams = [convert.ordered_chunks(p, _chunks(p, heads[0], meter), 0, 1) for p in paths]
+    streams = [convert.ordered_chunks(p, _chunks(p, heads[0], meter), 0, 1, options.get("outliers"))
+               for p in paths]
     return metadata, convert.merge_sorted(streams)
 
 

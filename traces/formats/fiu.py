@@ -11,6 +11,7 @@ from traces.schema import Op
 
 NAME = "fiu"
 DESCRIPTION = "FIU text (ts pid process lba size R/W major minor md5)"
+ZERO_AT_FIRST = True  # times count from the first record
 SECTOR = 512
 NAMES = ["ts", "pid", "comm", "lba", "size", "rw", "major", "minor", "md5"]
 TYPES = {"ts": pa.int64(), "pid": pa.int64(), "comm": pa.string(), "lba": pa.int64(),
@@ -52,7 +53,7 @@ def read(paths, options):
     }
     meter = options.get("meter")
     streams = [convert.ordered_chunks(p, _chunks(p, i if len(paths) > 1 else None, origin, meter),
-                                      WINDOW_NS)
+                                      WINDOW_NS, outliers=options.get("outliers"))
                for i, p in enumerate(paths)]
     return metadata, convert.merge_sorted(streams)
 

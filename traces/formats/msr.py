@@ -14,6 +14,7 @@ from traces.schema import Op
 
 NAME = "msr"
 DESCRIPTION = "MSR Cambridge CSV (Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime)"
+ZERO_AT_FIRST = True  # times count from the first record
 
 NAMES = ["ts", "host", "disk", "type", "offset", "size", "response"]
 TYPES = {"ts": pa.int64(), "disk": pa.int64(), "type": convert.WORD, "offset": pa.int64(),
@@ -76,15 +77,17 @@ def read(paths, options):
     if len(paths) == 1:
         volumes[0].pop("file")
         metadata["source"].update(hostname=volumes[0].get("hostname"), disk=volumes[0].get("disk"))
-    streams = [_file(p, i if len(paths) > 1 else None, origin, meter) for i, p in enumerate(paths)]
+    streams = [_file(p, i if len(paths) > 1 else None, origin, meter, options.get("outliers"))
+               for i, p in enumerate(paths)]
     return metadata, convert.merge_sorted(streams)
 
 
-def _file(path, device, origin, meter):
+def _file(path, device, origin, meter, outliers):
     check = convert.field_checker(KINDS)
     blocks = convert.read_blocks(path, NAMES, TYPES, check_line=check, include=["ts", "type", "offset", "size", "response"],
                                  meter=meter)
-    return convert.ordered_chunks(path, _chunks(path, blocks, device, origin), WINDOW_NS)
+    return convert.ordered_chunks(path, _chunks(path, blocks, device, origin), WINDOW_NS,
+                                  outliers=outliers)
 
 
 def _chunks(path, blocks, device, origin):

@@ -16,6 +16,7 @@ from traces.schema import Op
 
 NAME = "tencent"
 DESCRIPTION = "Tencent CBS CSV (Timestamp,Offset,Size,IOType,VolumeID)"
+ZERO_AT_FIRST = True  # times count from the first record
 SECTOR = 512
 NAMES = ["ts", "offset", "size", "iotype", "volume"]
 TYPES = {n: pa.int64() for n in NAMES}
@@ -66,7 +67,8 @@ def read(paths, options):
         "start_wallclock": datetime.datetime.fromtimestamp(origin, datetime.timezone.utc).isoformat(),
     }
     meter = options.get("meter")
-    streams = [_spread(p, _chunks(p, wanted, meter), origin) for p in paths]
+    streams = [_spread(p, _outliers(p, _chunks(p, wanted, meter), options.get("outliers")), origin)
+               for p in paths]
     return metadata, convert.merge_sorted(streams)
 
 
@@ -95,6 +97,16 @@ def _chunks(path, wanted, meter):
             keep = volume == wanted
             chunk = {k: v[keep] for k, v in chunk.items()}
         yield chunk
+
+
+def _outliers(path, chunks, log):
+    """convert.Outliers over whole seconds."""
+    spikes = convert.Outliers(path, log, lambda row: convert.line_of_row(path, row), scale=10**9)
+    for chunk in chunks:
+        yield spikes.push(chunk, 0)
+    rest = spikes.finish()
+    if rest:
+        yield rest
 
 
 def _spread(path, chunks, origin):

@@ -8,6 +8,7 @@ up to 1 MiB, and records the layout in the metadata.
 """
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from replay.errors import ReplayError
 from traces import convert
@@ -45,8 +46,8 @@ def read(paths, options):
         raise ReplayError(f"--asu must be devices or concat, not {mode!r}")
     meter = options.get("meter")
     checker = convert.field_checker(KINDS, min_fields=5)
-    widths = [first[1][4] if (first := convert.first_record(path, _parse, checker, "Opcode must be r or w"))
-              else 5 for path in paths]
+    for path in paths:
+        convert.first_record(path, _parse, checker, "Opcode must be r or w")
     metadata = {
         "description": "Imported from the UMass SPC traces: " + ", ".join(p.name for p in paths) + ".",
         "source": {"kind": "import:umass", "asu": mode},
@@ -55,8 +56,8 @@ def read(paths, options):
     if mode == "concat":
         # Each ASU's span must be known before the first offset can be placed: a first pass.
         spans = {}
-        for path, width in zip(paths, widths):
-            for _, batch in _blocks(path, width, None):
+        for path in paths:
+            for _, batch in _blocks(path, None):
                 asu, end = _asu_end(batch)
                 for a in np.unique(asu):
                     spans[int(a)] = max(spans.get(int(a), 0), int(end[asu == a].max()))
@@ -70,17 +71,42 @@ def read(paths, options):
         table[list(bases)] = list(bases.values())
     else:
         table = None
-    streams = [convert.ordered_chunks(p, _chunks(p, w, table, meter), 0)
-               for p, w in zip(paths, widths)]
+    streams = [convert.ordered_chunks(p, _chunks(p, table, meter), 0, outliers=options.get("outliers"))
+               for p in paths]
     return metadata, convert.merge_sorted(streams)
 
 
-def _blocks(path, width, meter):
-    names = ["asu", "lba", "size", "opcode", "ts"] + [f"extra{i}" for i in range(width - 5)]
-    types = {"asu": pa.int64(), "lba": pa.int64(), "size": pa.int64(), "opcode": convert.WORD,
-             "ts": pa.float64()}
-    check = convert.field_checker(KINDS + ("str",) * (width - 5))
-    return convert.read_blocks(path, names, types, check_line=check, include=names[:5], meter=meter)
+_COLUMNS = (("asu", pa.int64()), ("lba", pa.int64()), ("size", pa.int64()), ("opcode", None),
+            ("ts", pa.float64()))
+
+
+def _blocks(path, meter):
+    """(row0, batch of asu, lba, size, opcode, ts): the first five fields of each record.
+
+    The SPC format lets the optional fields after the fifth vary from record to record, so a
+    line is read whole (\x1f never occurs in one; a line holding it makes pyarrow refuse the
+    block, which the rescan reports by line) and split on its first five commas.
+    """
+    check = convert.field_checker(KINDS, min_fields=5)
+    for row0, batch in convert.read_blocks(path, ["line"], {"line": pa.string()}, check_line=check,
+                                           delimiter="\x1f", meter=meter):
+        fields = pc.split_pattern(batch.column("line"), ",", max_splits=5)
+        if (pc.min(pc.list_value_length(fields)).as_py() or 0) < 5:
+            count = convert.numpy_of(pc.list_value_length(fields))
+            i = int((count < 5).argmax())
+            raise convert.fail_at(path, row0 + i, f"expected at least 5 fields separated by ',', "
+                                  f"found {count[i]}")
+        arrays = []
+        for i, (name, type_) in enumerate(_COLUMNS):
+            text = pc.utf8_trim_whitespace(pc.list_element(fields, i))
+            if type_ is None:
+                arrays.append(text.dictionary_encode())
+                continue
+            try:
+                arrays.append(pc.cast(text, type_))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise convert.locate_line(path, exc, check) from None
+        yield row0, pa.RecordBatch.from_arrays(arrays, [n for n, _ in _COLUMNS])
 
 
 def _asu_end(batch):
@@ -89,8 +115,8 @@ def _asu_end(batch):
     return asu, end
 
 
-def _chunks(path, width, table, meter):
-    for row0, batch in _blocks(path, width, meter):
+def _chunks(path, table, meter):
+    for row0, batch in _blocks(path, meter):
         asu = convert.numpy_of(batch.column("asu"))
         if (bad := asu < 0).any():
             raise convert.fail_at(path, row0 + int(bad.argmax()), "negative ASU")
@@ -100,7 +126,7 @@ def _chunks(path, width, table, meter):
         offset = convert.numpy_of(batch.column("lba")) * SECTOR
         chunk = {
             "ts_ns": np.rint(seconds * 1e9).astype(np.int64),
-            "op": convert.op_from_words(path, batch.column("opcode"), WORDS, row0, strip=True),
+            "op": convert.op_from_words(path, batch.column("opcode"), WORDS, row0),
             "offset": offset,
             "length": convert.numpy_of(batch.column("size")),
         }
