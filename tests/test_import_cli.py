@@ -11,7 +11,7 @@ from traces.schema import Op
 from traces.trace import read_trace, write_trace
 
 FILETIME_2007 = 128166372000000000
-IMPORT_FLAGS = ["-o", "--output", "--format", "--event", "--asu", "--device", "--name"]
+IMPORT_FLAGS = ["-o", "--output", "--format", "--event", "--asu", "--device", "--time-unit", "--drop-outliers", "--name"]
 EXPORT_FLAGS = ["-o", "--output", "--format"]
 
 
