@@ -80,10 +80,15 @@ def test_sigterm_before_the_first_io_exits_143_and_leaves_nothing(tmp_path):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     out = tmp_path / "out.parquet"
+
+    def reading(pid):
+        with contextlib.suppress(OSError):
+            return any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(trace)
+                       for fd in os.listdir(f"/proc/{pid}/fd"))
+
     with replay_process("run", trace, "-o", out, cwd=tmp_path,
                         env={"TMPDIR": str(tmpdir)}) as proc:
-        time.sleep(1.5)
-        assert proc.poll() is None
+        wait_for(proc, lambda: reading(proc.pid), "the trace's scan")
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stderr

@@ -389,6 +389,7 @@ class TraceWriter:
             self._sink, journal_schema,
             options=pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False))
         self._sink_fd = os.open(self._tmp, os.O_RDONLY)  # for fsync; OSFile has no fileno
+        _fsync_directory(self._tmp.parent)  # the journal's name survives a power cut too
         self._synced = time.monotonic()
 
     @property
@@ -530,6 +531,14 @@ class TraceWriter:
     def _check_open(self):
         if not self._open:
             raise ValueError(f"TraceWriter for {self.path} is already closed")
+
+
+def _fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class JournalKept(OSError):
