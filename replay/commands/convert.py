@@ -67,7 +67,7 @@ class _Progress:
 
 def import_(
     files: Annotated[List[Path], typer.Argument(help="Trace files to import, all in the same format; .gz, .xz and .zst files are read directly. Several files are merged by time, each becoming its own device number where the format has no device of its own.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The Parquet trace to write. It appears only when the whole import succeeded; a failed import leaves nothing behind.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The Parquet trace to write. It appears only when the whole import succeeded; a failed import leaves nothing behind. An existing directory instead imports each file into its own trace there (DIR/NAME.parquet), in parallel, and adds them to DIR/catalog.parquet.")],
     format: Annotated[Optional[ImportFormat], typer.Option("--format", help="The input format (the README lists what each one is). Without it, the format is recognised from the first file's content; disksim input also needs --time-unit.")] = None,
     event: Annotated[Event, typer.Option(help="For blktrace and blkparse input: the event that stands for an I/O, queue (Q, as the application asked) or issue (D, as the device saw it).")] = Event.issue,
     asu: Annotated[Asu, typer.Option(help="For UMass SPC input: devices makes each ASU its own device number; concat lays the ASUs one after another in one address space.")] = Asu.devices,
@@ -75,6 +75,8 @@ def import_(
     time_unit: Annotated[Optional[TimeUnit], typer.Option("--time-unit", help="For DiskSim input, required: the unit of its times, ms for DiskSim, ns for MQSim (or us, s).")] = None,
     drop_outliers: Annotated[bool, typer.Option("--drop-outliers", help="Leave out lone records whose time is more than 90 days from the records around them (a damaged timestamp), and list them in the trace's metadata. Without it such a record stops the import, naming its line.")] = False,
     name: Annotated[Optional[str], typer.Option(help="The trace's name in its metadata. Default: the first input file's name without its extensions.")] = None,
+    cluster: Annotated[Optional[str], typer.Option("--cluster", envvar="RAY_ADDRESS", help="With -o DIR: import the files as Ray tasks on the cluster at this address (HOST:PORT of the head; RAY_ADDRESS also sets it). Every node must see the inputs and DIR at the same paths.")] = None,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="With -o DIR and no --cluster: how many files are imported at once, each in its own process (default: one per core).")] = None,
 ):
     """Import traces in a public or tool format into a validated Parquet trace.
 
@@ -87,6 +89,9 @@ def import_(
     options = {"event": event.value, "asu": asu.value, "device": device, "name": name,
                "time_unit": time_unit.value if time_unit else None, "drop_outliers": drop_outliers}
     command = shlex.join(["replay", *sys.argv[1:]])
+    if output.is_dir():
+        _import_each(files, output, format.value if format else None, options, command, cluster, jobs)
+        return
     progress = _Progress()
     try:
         out, rows = import_trace(files, output, format.value if format else None, options,
@@ -104,6 +109,46 @@ def import_(
         if dropped:
             typer.echo(f"left out {dropped['count']} record(s) with an outlying time "
                        f"({', '.join(dropped['first'])}); the trace's metadata lists them")
+
+
+def _import_each(files, directory: Path, fmt, options, command, cluster, jobs):
+    """`replay import FILE... -o DIR`: each file into DIR/NAME.parquet, in parallel (local
+    processes or Ray tasks), one progress line per file; then DIR's catalog gets their rows.
+    A failed file is named with its error, the others finish, and the exit code is 1."""
+    from replay.cluster import run_each
+    from traces.catalog import CATALOG_NAME, import_file, update_catalog
+
+    if options.get("name"):
+        fail(ReplayError("--name names one trace; with -o DIR each file's trace is named after the file"))
+    outputs = [directory / f"{f.name.split('.')[0]}.parquet" for f in files]
+    seen = {}
+    for f, out in zip(files, outputs):
+        if out in seen:
+            fail(ReplayError(f"{seen[out]} and {f} would both be imported into {out}; import them separately"))
+        seen[out] = f
+    work = [{"input": str(f), "output": str(out), "format": fmt, "options": options, "command": command}
+             for f, out in zip(files, outputs)]
+    rows, failed = [], []
+    try:
+        for k, done in enumerate(run_each(import_file, work, cluster, jobs), 1):
+            source = files[done.index]
+            if done.error is not None:
+                failed.append(source)
+                typer.echo(f"[{k}/{len(files)}] {source}: failed: {done.error}", err=True)
+            else:
+                rows.append(done.value)
+                typer.echo(f"[{k}/{len(files)}] {source}: {done.value['ios']:,} I/Os into "
+                           f"{outputs[done.index]}", err=True)
+    except ReplayError as e:
+        fail(e)
+    finally:
+        if rows:
+            update_catalog(rows, directory / CATALOG_NAME)
+    typer.echo(f"imported {len(rows)} of {len(files)} files into {directory} "
+               f"(catalog: {directory / CATALOG_NAME})")
+    if failed:
+        typer.echo(f"{len(failed)} failed: {', '.join(map(str, failed))}", err=True)
+        raise typer.Exit(1)
 
 
 def export(
