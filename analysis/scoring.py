@@ -29,9 +29,15 @@ CONSISTENCY_WINDOW_S = 400
 SLOW_NS = 10 * MS_NS
 
 
+# What Bins measures per I/O (its `latency_from`): complete - issue (the device's latency),
+# complete - intended (what an open-loop workload sees), or issue - intended (the replayer's
+# own lateness: how late it issued, which an open-loop test's limits count against the drive).
+_LATENCY_FROM = {"issue": 0, "intended": 1, "lateness": 2}
+
+
 @numba.njit(nogil=True, cache=True)
 def _bin_rows(op, length, intended, issue, complete, result, op_mask, max_length,
-              by_intended, from_intended, bin_ns, thresholds, counts, over, errors):
+              by_intended, latency_mode, bin_ns, thresholds, counts, over, errors):
     """One pass over a chunk; returns rows never issued. Per bin: successful completions
     (counts), those slower than each threshold (over[j]) and failed I/Os (errors)."""
     not_issued = 0
@@ -48,7 +54,12 @@ def _bin_rows(op, length, intended, issue, complete, result, op_mask, max_length
             errors[b] += 1
             continue
         counts[b] += 1
-        latency = complete[i] - (intended[i] if from_intended else issue[i])
+        if latency_mode == 2:
+            latency = issue[i] - intended[i]
+        elif latency_mode == 1:
+            latency = complete[i] - intended[i]
+        else:
+            latency = complete[i] - issue[i]
         for j in range(thresholds.shape[0]):
             if latency > thresholds[j]:
                 over[j, b] += 1
@@ -60,8 +71,9 @@ class Bins:
 
     An I/O counts in the bin of its completion (`by="complete"`, for IOPS) or of its intended
     time (`by="intended"`, for ACT, which scores each hour's transactions). Its latency is
-    complete - issue (`latency_from="issue"`, the device's) or complete - intended
-    (`"intended"`, what an open-loop client sees); `over[j]` counts latencies strictly above
+    complete - issue (`latency_from="issue"`, the device's), complete - intended
+    (`"intended"`, what an open-loop client sees) or issue - intended (`"lateness"`, the
+    replayer's own delay); `over[j]` counts latencies strictly above
     `thresholds_ns[j]`. Only `ops` count, and with `max_length` only I/Os that long or
     shorter. Failed I/Os (result < 0) are counted in `errors`, not in `counts`; rows never
     issued (issue_ns < 0, an interrupted run) in `not_issued`. The last bin may be partial.
@@ -69,8 +81,9 @@ class Bins:
 
     def __init__(self, bin_ns=SECOND_NS, thresholds_ns=(), *, by="complete",
                  latency_from="issue", ops=(Op.READ, Op.WRITE), max_length=None):
-        if by not in ("complete", "intended") or latency_from not in ("issue", "intended"):
-            raise ValueError("by is 'complete' or 'intended'; latency_from 'issue' or 'intended'")
+        if by not in ("complete", "intended") or latency_from not in _LATENCY_FROM:
+            raise ValueError("by is 'complete' or 'intended'; latency_from 'issue', 'intended' "
+                             "or 'lateness'")
         self.bin_ns = int(bin_ns)
         if self.bin_ns < 1:
             raise ValueError(f"bin_ns must be at least 1, not {bin_ns}")
@@ -107,7 +120,7 @@ class Bins:
             self._grow(max(needed, 2 * len(self.counts)))
         self.not_issued += _bin_rows(
             op, length, intended, issue, complete, result, self._op_mask, self.max_length,
-            self.by == "intended", self.latency_from == "intended", self.bin_ns,
+            self.by == "intended", _LATENCY_FROM[self.latency_from], self.bin_ns,
             self.thresholds_ns, self.counts, self.over, self.errors,
         )
 
@@ -344,11 +357,61 @@ class ActCheck:
     periods: list[ActPeriod] = field(default_factory=list)
 
 
-def act_bins(transaction_max_length=None, limits=ACT_LIMITS) -> Bins:
+# Which ACT's latency: the queue-era ACT of seed 000 (versions before 5) timed a transaction
+# from when it was due, its wait in ACT's queue included; ACT 6 times the device's read
+# alone (and opens the device O_DSYNC). "intended" is the first, "issue" the second.
+ACT_LATENCY = {
+    "intended": "queue-era ACT (seed 000's): from the time each transaction was due, queue wait included",
+    "issue": "ACT 6: device latency, from issue to completion",
+}
+# ACT gives up on a run whose request queues pass max-reqs-queued (100,000 by default) or
+# whose large-block reads and writes fall more than max-lag-sec (10 s) behind schedule.
+ACT_MAX_QUEUED = 100_000
+ACT_MAX_LAG_NS = 10 * SECOND_NS
+
+
+def act_bins(transaction_max_length=None, limits=ACT_LIMITS, latency_from="intended") -> Bins:
     """Per-second bins of ACT transactions (reads up to `transaction_max_length` bytes, the
-    large-block reads excluded) by intended time, latency counted from the intended time."""
-    return Bins(SECOND_NS, [t for t, _ in limits], by="intended", latency_from="intended",
+    large-block reads excluded) by intended time, latency counted from the intended time
+    (the queue-era ACT) or, with latency_from="issue", from issue (ACT 6); see ACT_LATENCY.
+    With latency_from="lateness" they count the replayer's own lateness against the limits."""
+    return Bins(SECOND_NS, [t for t, _ in limits], by="intended", latency_from=latency_from,
                 ops=(Op.READ,), max_length=transaction_max_length)
+
+
+class ActGaveUp(Exception):
+    """ACT's early stop: the run fell too far behind to go on; the message says how far."""
+
+
+class ActWatch:
+    """ACT's early stop, told every results chunk as it is written (a runner consumer):
+    raises ActGaveUp once requests due but not yet issued pass `max_queued` (estimated for
+    each transaction as its issue lateness x the load's I/O rate: what became due while it
+    waited) or a large-block I/O is issued more than `max_lag_ns` late."""
+
+    def __init__(self, rate, transaction_max_length, max_queued=ACT_MAX_QUEUED,
+                 max_lag_ns=ACT_MAX_LAG_NS):
+        self.rate, self.small = float(rate), int(transaction_max_length)
+        self.max_queued, self.max_lag_ns = int(max_queued), int(max_lag_ns)
+        self.queued = 0.0  # the most requests found waiting so far
+        self.lag_ns = 0  # the most a large-block I/O was late so far
+
+    def add(self, chunk) -> None:
+        issue = np.asarray(chunk["issue_ns"], dtype=np.int64)
+        issued = issue >= 0
+        late = issue - np.asarray(chunk["intended_ns"], dtype=np.int64)
+        small = np.asarray(chunk["length"]) <= self.small
+        txn, large = late[issued & small], late[issued & ~small]
+        if txn.size:
+            self.queued = max(self.queued, float(txn.max()) * self.rate / SECOND_NS)
+        if large.size:
+            self.lag_ns = max(self.lag_ns, int(large.max()))
+        if self.queued > self.max_queued:
+            raise ActGaveUp(f"about {self.queued:,.0f} requests were queued, over ACT's bound "
+                            f"of {self.max_queued:,}: the target cannot keep up with the load")
+        if self.lag_ns > self.max_lag_ns:
+            raise ActGaveUp(f"large-block I/O fell {self.lag_ns / SECOND_NS:.1f} s behind "
+                            f"schedule, over ACT's {self.max_lag_ns / SECOND_NS:g} s")
 
 
 def act_check(bins: Bins, *, period_s=ACT_PERIOD_S, duration_ns=None, limits=ACT_LIMITS) -> ActCheck:
@@ -362,8 +425,9 @@ def act_check(bins: Bins, *, period_s=ACT_PERIOD_S, duration_ns=None, limits=ACT
              for t in thresholds]
     if -1 in index:
         raise ValueError(f"the bins lack a threshold of {thresholds}; build them with act_bins")
-    if bins.by != "intended" or bins.latency_from != "intended":
-        raise ValueError("ACT counts latency from the intended time; build the bins with act_bins")
+    if bins.by != "intended" or bins.latency_from not in ACT_LATENCY:
+        raise ValueError("ACT scores transactions by their intended time, with latency from the "
+                         "intended time or the issue; build the bins with act_bins")
     period_bins = max(1, int(round(period_s * SECOND_NS / bins.bin_ns)))
     total_bins = (bins.used() if duration_ns is None
                   else -(-int(duration_ns) // bins.bin_ns))

@@ -222,12 +222,13 @@ class Mix(Generator):
     otherwise open loop at `rate` I/Os per second, `arrival` "constant" (I/O i at i / rate)
     or "poisson" (exponential gaps). It ends after `count` I/Os or, open loop, at the first
     I/O due at or after `duration_s`; given both, whichever comes first. Closed loop needs
-    `count` (a duration alone cannot say how many I/Os a device will do: give the duration
-    times the highest IOPS expected, and stop the run at the duration).
+    `count` (a duration alone cannot say how many I/Os a device will do), or `unbounded`:
+    no end at all, for a replay stopped by its time limit (`replay bench`); the runner then
+    knows it has no length, rather than taking a huge count for one.
     """
 
     def __init__(self, *, block_size, read_share, span, span_start, align, rate, arrival,
-                 count, duration_s, queue_depth, seed):
+                 count, duration_s, queue_depth, seed, unbounded=False):
         self.sizes, self.size_probs = _size_mix(block_size)
         self.block_size = block_size
         self.read_share = _share("read share", read_share)
@@ -257,7 +258,11 @@ class Mix(Generator):
         self.duration_s = None if duration_s is None else float(duration_s)
         if self.duration_s is not None and not self.duration_s >= 0:
             raise GeneratorError(f"duration must be 0 or more seconds, not {duration_s}")
-        if self.count is None and (self.rate is None or self.duration_s is None):
+        self.unbounded = bool(unbounded)
+        if self.unbounded and (self.count is not None or rate is not None):
+            raise GeneratorError("an unbounded mix is closed loop with no count: it runs until "
+                                 "the replay's time limit stops it")
+        if self.count is None and not self.unbounded and (self.rate is None or self.duration_s is None):
             raise GeneratorError(
                 "give count (I/Os), or a rate and a duration: a closed-loop run needs a count"
             )
@@ -323,12 +328,14 @@ class RandomMix(Mix):
 
     def __init__(self, *, block_size=4096, read_share=0.7, span=8 << 30, span_start=0,
                  align=None, distribution="uniform", sequential_share=0.0, rate=None,
-                 arrival="poisson", count=None, duration_s=None, queue_depth=32, seed=0):
+                 arrival="poisson", count=None, duration_s=None, queue_depth=32, seed=0,
+                 unbounded=False):
         if align is None:  # the largest power of two up to 4 KiB that divides no more than a size
             align = 1 << (int(min(4096, _size_mix(block_size)[0].min())).bit_length() - 1)
         super().__init__(block_size=block_size, read_share=read_share, span=span,
                          span_start=span_start, align=align, rate=rate, arrival=arrival,
-                         count=count, duration_s=duration_s, queue_depth=queue_depth, seed=seed)
+                         count=count, duration_s=duration_s, queue_depth=queue_depth, seed=seed,
+                         unbounded=unbounded)
         self.distribution = str(distribution)
         self._dist = parse_distribution(distribution)
         self.sequential_share = _share("sequential share", sequential_share)
@@ -362,10 +369,11 @@ class SequentialMix(Mix):
 
     def __init__(self, *, block_size=128 * KIB, read_share=0.7, span=8 << 30, span_start=0,
                  streams=1, align=4096, rate=None, arrival="poisson", count=None,
-                 duration_s=None, queue_depth=1, seed=0):
+                 duration_s=None, queue_depth=1, seed=0, unbounded=False):
         super().__init__(block_size=block_size, read_share=read_share, span=span,
                          span_start=span_start, align=align, rate=rate, arrival=arrival,
-                         count=count, duration_s=duration_s, queue_depth=queue_depth, seed=seed)
+                         count=count, duration_s=duration_s, queue_depth=queue_depth, seed=seed,
+                         unbounded=unbounded)
         self.streams = _positive_int("streams", streams)
         self.region_size = self.span // self.streams // self.align * self.align
         if self.region_size < 1:
@@ -488,7 +496,7 @@ def snia_purge_fill(*, span, span_start=0, queue_depth=32, seed=0) -> Sequence:
 
 
 class ActLoad(Generator):
-    """The load of Aerospike's ACT (act_storage) at a multiple X, open loop with Poisson arrivals.
+    """The load of Aerospike's ACT (act_storage) at a multiple X, open loop.
 
     Per second: 2,000 X small reads of `record_bytes` (1.5 KiB) records, their length rounded
     UP to the device's logical block (`device_block`: 1,536 bytes stay 1,536 on a 512-byte
@@ -499,6 +507,13 @@ class ActLoad(Generator):
     are W = 1,000 X x record_bytes / large_block x defrag_factor large-block writes per second
     and as many large-block reads, at random large-block-aligned offsets. Transactions, which
     ACT scores, are the small reads (length <= large_block / 2, see `transaction_max_length`).
+
+    `arrival` "even" paces as ACT does: each of the three streams (small reads, large-block
+    writes, large-block reads) on its own even schedule, I/O i of a stream at rate r due at
+    i / r, the streams merged by due time; the engine issues them asynchronously, so a
+    large-block I/O never holds a small read back, as ACT's own large-block threads do not.
+    "poisson" draws all three as one Poisson process, burstier than ACT (borderline
+    multiples fail sooner).
     """
 
     name = "act"
@@ -506,7 +521,10 @@ class ActLoad(Generator):
 
     def __init__(self, *, multiple, span, duration_s, span_start=0, record_bytes=1536,
                  device_block=512, large_block=128 * KIB, reads_per_s=2000.0,
-                 writes_per_s=1000.0, defrag_factor=2.0, seed=0):
+                 writes_per_s=1000.0, defrag_factor=2.0, arrival="even", seed=0):
+        if arrival not in ("even", "poisson"):
+            raise GeneratorError(f"ACT arrival must be 'even' or 'poisson', not {arrival!r}")
+        self.arrival = arrival
         self.multiple = float(multiple)
         if not (self.multiple > 0 and math.isfinite(self.multiple)):
             raise GeneratorError(f"the load multiple must be a positive number, not {multiple}")
@@ -554,10 +572,46 @@ class ActLoad(Generator):
             "large_block": self.large_block, "reads_per_s": self.reads_per_s,
             "writes_per_s": self.writes_per_s, "defrag_factor": self.defrag_factor,
             "small_read_rate": self.small_read_rate, "large_write_rate": self.large_write_rate,
-            "large_read_rate": self.large_read_rate, "seed": self.seed,
+            "large_read_rate": self.large_read_rate, "arrival": self.arrival, "seed": self.seed,
         }
 
     def _blocks(self):
+        return self._even_blocks() if self.arrival == "even" else self._poisson_blocks()
+
+    def _even_blocks(self):
+        """Time slices of about BLOCK_ROWS I/Os; stream s has I/Os ceil(t0 r_s)..ceil(t1 r_s) - 1
+        in slice [t0, t1), so slices neither repeat nor skip one."""
+        limit_ns = int(self.duration_s * SECOND_NS)
+        small_slots = (self.span - self.read_length) // self.device_block + 1
+        large_slots = self.span // self.large_block
+        slice_ns = max(1, int(BLOCK_ROWS / self.rate * SECOND_NS))
+        streams = ((self.small_read_rate, Op.READ, True), (self.large_write_rate, Op.WRITE, False),
+                   (self.large_read_rate, Op.READ, False))
+        block = 0
+        while block * slice_ns < limit_ns:
+            t0, t1 = block * slice_ns, min((block + 1) * slice_ns, limit_ns)
+            rng = self._block_rng(block)
+            parts = []
+            for rate, op, small in streams:
+                first = math.ceil(t0 * rate / SECOND_NS)
+                end = math.ceil(t1 * rate / SECOND_NS)
+                i = np.arange(first, end, dtype=np.float64)
+                ts = np.clip((i * (SECOND_NS / rate)).astype(np.int64), t0, t1 - 1)
+                n = len(ts)
+                if small:
+                    offset = rng.integers(0, small_slots, n, dtype=np.int64) * self.device_block
+                else:
+                    offset = rng.integers(0, large_slots, n, dtype=np.int64) * self.large_block
+                parts.append((ts, np.full(n, op, np.uint8), offset + self.span_start,
+                              np.full(n, self.read_length if small else self.large_block, np.int64)))
+            ts = np.concatenate([p[0] for p in parts])
+            order = np.argsort(ts, kind="stable")
+            yield {"ts_ns": ts[order], "op": np.concatenate([p[1] for p in parts])[order],
+                   "offset": np.concatenate([p[2] for p in parts])[order],
+                   "length": np.concatenate([p[3] for p in parts])[order]}
+            block += 1
+
+    def _poisson_blocks(self):
         limit_ns = self.duration_s * SECOND_NS
         small_slots = (self.span - self.read_length) // self.device_block + 1
         large_slots = self.span // self.large_block

@@ -17,6 +17,7 @@ from replay.remap import human_bytes
 from replay.runner import GeneratorSource, RunOptions, _null_target, replay
 from replay.targets import check_safe_to_write, inspect_target
 from synth import generators as g
+from traces.trace import open_trace
 
 TESTS = ("mix", "seqmix", "steady", "act", "pts")
 FORMAT = "tracereplay-results-set"
@@ -58,7 +59,8 @@ PTS_LATENCY_BLOCK_SIZES = (512, 4 * KIB, 8 * KIB)
 # The mix score `replay verdict` sets beside real use: seed 000's 70/30 "QD32", 32 workers
 # at QD1 (analysis.verdict.SYNTHETIC_SCORES reads it).
 VERDICT_MIX_KEY = "iops_70_30_32x1"
-# A closed-loop stimulus has no natural end: it is run to its time limit.
+# A closed-loop stimulus has no natural end: it is an unbounded generator run to its time
+# limit. UNBOUNDED is a count no run reaches, for callers that need a finite one.
 UNBOUNDED = 1 << 62
 # An engine issues discards of up to 4 GiB - 1 (a u32 length): a purge is cut in pieces.
 PURGE_PIECE = 1 * GIB
@@ -78,7 +80,7 @@ class BenchOptions:
 
     scale: float = 1.0
     duration_s: float | None = None  # a point (mix, seqmix), the run (steady, act), an element (pts)
-    span: int | None = None  # bytes from offset 0; default 8 GiB for mix, else the target
+    span: int | str | None = None  # bytes from offset 0, or "target"; default 8 GiB for mix, else the target
     engine: str | None = None  # as RunOptions.engine
     destroy_data: bool = False
     seed: int = 0
@@ -103,6 +105,8 @@ class BenchOptions:
     point_s: float | None = None  # steady: seconds per QD-scaling and sweep point (180 scaled)
     qd_scaling: tuple = ()  # steady: queue depths run after the steady run (seed 002: 1..32)
     chunk_rows: int = 1 << 16
+    act_prep: bool = True  # act: act_prep (zeros, then random data over the span) first
+    act_latency: str = "intended"  # act: scoring.ACT_LATENCY key; "issue" is ACT 6's
 
     def scaled(self, seconds: float, whole: bool = False) -> float:
         """`seconds` at this scale; whole seconds (at least 1) for per-second scoring."""
@@ -147,6 +151,9 @@ class Bench:
             raise BenchError(f"--read-share must be from 0 to 100 percent, not {o.read_share * 100:g}")
         if any(q < 1 for q in o.qd_scaling):
             raise BenchError(f"--qd-scaling needs queue depths of at least 1, not {o.qd_scaling}")
+        if o.act_latency not in scoring.ACT_LATENCY:
+            raise BenchError(f"--act-latency must be intended (the queue-era ACT) or issue "
+                             f"(ACT 6), not {o.act_latency!r}")
         if o.max_rounds < 1:
             raise BenchError(f"--max-rounds must be at least 1, not {o.max_rounds}")
         if target is None and o.engine != "null":
@@ -155,11 +162,12 @@ class Bench:
         self.target_arg = None if target is None else str(target)
         default_span = MIX_SPAN if test == "mix" else None
         if self.target_arg is None:
-            self.target = _null_target(max(o.span or MIX_SPAN, o.fill_bytes or 0))
+            null_span = MIX_SPAN if o.span in (None, "target") else o.span
+            self.target = _null_target(max(null_span, o.fill_bytes or 0))
         else:
             self.target = inspect_target(self.target_arg)
         usable = self.target.size // MIB * MIB
-        self.span = int(o.span or default_span or usable)
+        self.span = usable if o.span == "target" else int(o.span or default_span or usable)
         if o.fill_bytes is not None and not 0 < o.fill_bytes <= self.target.size:
             raise BenchError(f"--fill must be between 1 byte and the target's "
                              f"{self.target.size} bytes, not {o.fill_bytes}")
@@ -182,6 +190,7 @@ class Bench:
         self.runs: list[dict] = []
         self.scores: dict = {}
         self.started = datetime.now(timezone.utc).isoformat()
+        self.preset = None  # set by run_bench for a seed preset: its name, seed and overrides
 
     # ---- running ---------------------------------------------------------------------------
 
@@ -199,7 +208,7 @@ class Bench:
             "format": FORMAT, "version": VERSION, "test": self.test,
             "target": asdict(self.target), "started": self.started,
             "finished": datetime.now(timezone.utc).isoformat() if finished else None,
-            "interrupted": interrupted, "span": self.span,
+            "interrupted": interrupted, "span": self.span, "preset": self.preset,
             "options": {k: (list(v) if isinstance(v, tuple) else v)
                         for k, v in asdict(self.options).items()},
             "runs": self.runs, "scores": self.scores,
@@ -211,20 +220,33 @@ class Bench:
 
     def _replay(self, name, role, generator, *, qd=32, workers=1, afap=True,
                 time_limit_s=None, consumers=(), data="random"):
-        """Run one generator on the target into DIR/<name>.parquet and record it."""
+        """Run one generator on the target into DIR/<name>.parquet and record it. A run that
+        ACT gave up on (scoring.ActGaveUp from a consumer) is recorded, then re-raised."""
         o = self.options
+        # An open-loop run hands its results over in smaller chunks, so that a consumer
+        # watching it (ACT's early stop) hears of a backlog within seconds.
+        chunk_rows = o.chunk_rows if afap else min(o.chunk_rows, 4096)
         options = RunOptions(afap=afap, qd=qd, workers=workers, engine=o.engine,
                              destroy_data=True,  # checked once, before the first run
-                             time_limit_s=time_limit_s, chunk_rows=o.chunk_rows, data=data)
+                             time_limit_s=time_limit_s, chunk_rows=chunk_rows, data=data)
         file = f"{name}.parquet"
-        outcome = replay(GeneratorSource(generator, name), self.target_arg, options,
-                         output=self.out_dir / file, notices=self.notices, consumers=consumers,
-                         metadata={"bench": {"test": self.test, "run": name, "role": role}})
+        parameters = {"generator": generator.name, **generator.parameters(), "afap": afap,
+                      "qd": qd, "workers": workers, "time_limit_s": time_limit_s, "data": data}
+        try:
+            outcome = replay(GeneratorSource(generator, name), self.target_arg, options,
+                             output=self.out_dir / file, notices=self.notices, consumers=consumers,
+                             metadata={"bench": {"test": self.test, "run": name, "role": role}})
+        except scoring.ActGaveUp as e:
+            md = open_trace(self.out_dir / file).metadata  # closed by the runner, rows kept
+            self.runs.append({"name": name, "file": file, "role": role, "parameters": parameters,
+                              "interrupted": False, "gave_up": str(e),
+                              "summary": md["summary"]["tracereplay"]})
+            self._save()
+            if self.on_run:
+                self.on_run(self.runs[-1])
+            raise
         entry = {
-            "name": name, "file": file, "role": role,
-            "parameters": {"generator": generator.name, **generator.parameters(),
-                           "afap": afap, "qd": qd, "workers": workers,
-                           "time_limit_s": time_limit_s, "data": data},
+            "name": name, "file": file, "role": role, "parameters": parameters,
             "interrupted": outcome.interrupted,
             "summary": outcome.summary.to_dict()["tracereplay"],
         }
@@ -269,12 +291,12 @@ class Bench:
         sweeps = self.mix_sweeps()
         for i, ((workers, qd), shares, data) in enumerate(sweeps):
             key = _sweep_key((workers, qd), data)
-            self._fill(f"fill-{key}" if len(sweeps) > 1 else "fill")  # refilled before each sweep
+            self._fill(f"fill{i + 1}-{key}" if len(sweeps) > 1 else "fill")  # before each sweep
             rows = []
             for share in shares:
                 name = f"{key}-r{_pct(share)}"
                 gen = g.random_mix(block_size=4 * KIB, read_share=share, span=self.span,
-                                   count=UNBOUNDED, queue_depth=qd * workers, seed=o.seed)
+                                   unbounded=True, queue_depth=qd * workers, seed=o.seed)
                 outcome = self._replay(name, "measure", gen, qd=qd, workers=workers,
                                        time_limit_s=point_s, data=data)
                 rows.append(_table_row(name, share, qd, workers, outcome.summary, data))
@@ -301,7 +323,7 @@ class Bench:
         for share in tuple(o.read_shares or READ_SHARES):
             name = f"seq-r{_pct(share)}"
             gen = g.sequential_mix(block_size=128 * KIB, read_share=share, span=self.span,
-                                   count=UNBOUNDED, queue_depth=1, seed=o.seed)
+                                   unbounded=True, queue_depth=1, seed=o.seed)
             outcome = self._replay(name, "measure", gen, qd=1, time_limit_s=point_s, data=data)
             table.append(_table_row(name, share, 1, 1, outcome.summary, data))
         self._sweep_scores("1x1", table)
@@ -320,7 +342,7 @@ class Bench:
         if total > done:
             gen = g.sequential_mix(block_size=FILL_BLOCK, read_share=0.0, span=self.fill_span,
                                    align=math.gcd(FILL_BLOCK, self.fill_span, 4096),
-                                   count=UNBOUNDED, queue_depth=32, seed=o.seed)
+                                   unbounded=True, queue_depth=32, seed=o.seed)
             self._replay("precondition", "precondition", gen, qd=32, time_limit_s=total - done)
 
     def _steady(self):
@@ -331,7 +353,7 @@ class Bench:
         self._precondition()
         bins = scoring.consistency_bins()
         gen = g.random_mix(block_size=4 * KIB, read_share=o.read_share, span=self.span,
-                           count=UNBOUNDED, queue_depth=32, seed=o.seed)
+                           unbounded=True, queue_depth=32, seed=o.seed)
         self.scores["read_share"] = o.read_share
         try:
             self._replay("steady", "measure", gen, qd=32, time_limit_s=duration, consumers=[bins],
@@ -345,7 +367,7 @@ class Bench:
             rows = self.scores["qd_scaling"] = []
             for qd in o.qd_scaling:
                 gen = g.random_mix(block_size=4 * KIB, read_share=o.read_share, span=self.span,
-                                   count=UNBOUNDED, queue_depth=qd, seed=o.seed)
+                                   unbounded=True, queue_depth=qd, seed=o.seed)
                 name = f"qd{qd}-r{_pct(o.read_share)}"
                 outcome = self._replay(name, "measure", gen, qd=qd, time_limit_s=point_s,
                                        data=o.data[0])
@@ -354,7 +376,7 @@ class Bench:
             rows = self.scores["table"] = []
             for share in o.read_shares:
                 gen = g.random_mix(block_size=4 * KIB, read_share=share, span=self.span,
-                                   count=UNBOUNDED, queue_depth=32, seed=o.seed)
+                                   unbounded=True, queue_depth=32, seed=o.seed)
                 name = f"1x32-r{_pct(share)}"
                 outcome = self._replay(name, "measure", gen, qd=32, time_limit_s=point_s,
                                        data=o.data[0])
@@ -367,20 +389,39 @@ class Bench:
         period = o.period_s or o.scaled(ACT_PERIOD_S, whole=True)
         self.scores["periods"] = []
 
+        span = self.span // (128 * KIB) * (128 * KIB)
+        self.scores["latency_definition"] = scoring.ACT_LATENCY[o.act_latency]
+        if o.act_prep:  # act_prep: zeros over the whole device, then random data, once
+            for data in ("zeros", "random"):
+                self._replay(f"act-prep-{data}", "precondition",
+                             g.sequential_fill(span=span, block_size=FILL_BLOCK, seed=o.seed),
+                             data=data)
+
         def attempt(multiple):
-            gen = g.act_load(multiple=multiple, span=self.span // (128 * KIB) * (128 * KIB),
-                             duration_s=duration, device_block=self.target.logical_block_size,
-                             seed=o.seed)
-            bins = scoring.act_bins(gen.transaction_max_length)
+            gen = g.act_load(multiple=multiple, span=span, duration_s=duration,
+                             device_block=self.target.logical_block_size, seed=o.seed)
+            bins = scoring.act_bins(gen.transaction_max_length, latency_from=o.act_latency)
+            late = scoring.act_bins(gen.transaction_max_length, latency_from="lateness")
+            watch = scoring.ActWatch(gen.rate, gen.transaction_max_length)
             # Open loop at the load's own times; an overloaded target falls behind, and what
-            # is still unissued well after the end (the grace) fails the run.
+            # is still unissued well after the end (the grace) fails the run, unless ACT's
+            # own early stop (ActWatch) gave up on it first.
             grace = max(5.0, duration / 2)
+            gave_up = None
             try:
                 self._replay(f"act-x{multiple:g}", "measure", gen, afap=False, qd=1,
-                             time_limit_s=duration + grace, consumers=[bins])
+                             time_limit_s=duration + grace, consumers=[bins, late, watch])
+            except scoring.ActGaveUp as e:
+                gave_up = str(e)
             finally:
                 verdict = act_scores(bins, period, duration)
-                self.scores["periods"].append({"multiple": multiple, **verdict})
+                if gave_up:
+                    verdict.update(passed=False, reason=f"ACT gave up: {gave_up}")
+                lateness = lateness_report(late, period, duration)
+                if lateness["warning"]:
+                    self.notices.append(f"x{multiple:g}: {lateness['warning']}")
+                self.scores["periods"].append({"multiple": multiple, **verdict,
+                                               "gave_up": gave_up, "lateness": lateness})
             return verdict["passed"]
 
         if o.search:
@@ -415,13 +456,13 @@ class Bench:
 
         def iops_element(r, share, size):
             gen = g.random_mix(block_size=size, read_share=share, span=self.span,
-                               count=UNBOUNDED, queue_depth=32, seed=o.seed + r)
+                               unbounded=True, queue_depth=32, seed=o.seed + r)
             name = f"iops-r{r:02d}-rs{_pct(share)}-{_size_label(size)}"
             return self._replay(name, "measure", gen, qd=32, time_limit_s=element_s).summary.iops()
 
         def latency_element(r, share, size):
             gen = g.random_mix(block_size=size, read_share=share, span=self.span,
-                               count=UNBOUNDED, queue_depth=1, seed=o.seed + r)
+                               unbounded=True, queue_depth=1, seed=o.seed + r)
             name = f"lat-r{r:02d}-rs{_pct(share)}-{_size_label(size)}"
             summary = self._replay(name, "measure", gen, qd=1, time_limit_s=element_s).summary
             clat = summary.to_dict()["tracereplay"]["all"]["clat_ns"]
@@ -523,6 +564,36 @@ def steady_scores(bins, window_s, round_s, max_rounds, duration_ns) -> dict:
     }
 
 
+# The replayer's own lateness is worth a warning once it alone takes this share of a limit.
+LATENESS_WARN = 0.1
+
+
+def lateness_report(bins, period_s, duration_s) -> dict:
+    """The replayer's own lateness beside an ACT verdict: per limit, the worst whole period's
+    share of transactions issued later than the limit's latency (bins of act_bins(...,
+    latency_from="lateness")), what part of the limit's allowance that is, and a warning
+    when it reaches LATENESS_WARN of one: that much of the budget is the host's, not the
+    drive's."""
+    periods = [p for p in scoring.qos(bins, period_s=period_s,
+                                      duration_ns=int(duration_s * SECOND_NS))
+               if p.seconds >= period_s]
+    rows = []
+    for threshold, limit in scoring.ACT_LIMITS:
+        shares = [p.shares[int(threshold)] for p in periods if p.shares[int(threshold)] is not None]
+        worst = max(shares) if shares else None
+        rows.append({"over_ns": int(threshold), "limit": limit, "share": worst,
+                     "of_limit": None if worst is None else worst / limit})
+    worst = max((r for r in rows if r["of_limit"] is not None), key=lambda r: r["of_limit"],
+                default=None)
+    warning = None
+    if worst and worst["of_limit"] >= LATENESS_WARN:
+        warning = (f"the replayer itself issued {worst['share']:.2%} of transactions over "
+                   f"{worst['over_ns'] / 1e6:g} ms late, {worst['of_limit']:.0%} of ACT's "
+                   f"{worst['limit']:.1%} allowance: that part of the budget is this host's "
+                   "scheduling, not the drive")
+    return {"limits": rows, "warning": warning}
+
+
 def act_scores(bins, period_s, duration_s) -> dict:
     """One ACT run's verdict: scoring.act_check over its periods, and no transaction left
     unissued (an overloaded target that never got to them fails)."""
@@ -575,9 +646,17 @@ def format_results(results: dict) -> str:
                     f"{'QD' + str(r['qd']) if key == 'qd_scaling' else str(_pct(r['read_share'])) + ' % reads'}"
                     f" {r['iops']:,.0f} IOPS" for r in s[key]))
     elif test == "act":
+        if s.get("latency_definition"):
+            lines.append(f"latency: {s['latency_definition']}")
         for p in s.get("periods", []):
+            late = (p.get("lateness") or {}).get("limits") or []
+            own = ", ".join(f"{r['share']:.3%} over {r['over_ns'] / 1e6:g} ms" for r in late
+                            if r["share"] is not None)
             lines.append(f"x{p['multiple']:g}: {'pass' if p['passed'] else 'FAIL'}"
-                         + (f" ({p['reason']})" if p["reason"] else ""))
+                         + (f" ({p['reason']})" if p["reason"] else "")
+                         + (f"; replayer lateness alone: {own}" if own else ""))
+            if (p.get("lateness") or {}).get("warning"):
+                lines.append(f"  warning: {p['lateness']['warning']}")
         if "act_multiple" in s:
             lines.append(f"ACT score: {s['act_multiple']:g}x ({'passed' if s['passed'] else 'failed'})")
     elif test == "pts":
@@ -594,7 +673,145 @@ def format_results(results: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- one preset per seed test ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One review's test as the review ran it. `options` are BenchOptions fields; durations
+    (fields ending _s) are seconds at --scale 1 and scale like the tests' own defaults."""
+
+    name: str
+    test: str
+    seed: str  # the review page in seeds/ it reproduces
+    review: str
+    summary: str
+    options: dict
+    unstated: str = ""  # what the seed does not say, and what the preset uses there
+
+
+SEED_000 = "000_e00a9c71e8fcdb9d"
+SEED_001 = "001_983fe9c54fc70624"
+SEED_002 = "002_f8f564417faab2c2"
+SEED_003 = "003_80e9a2349c555c4f"
+SEED_004 = "004_c4e9fb97af32afe1"
+# Iometer's "pseudo-random" data is compressible; the seed gives no ratio, and the engine's
+# nearest pattern is half of every 4 KiB zeros.
+PSEUDO_RANDOM = "compressible:50"
+
+PRESETS = {p.name: p for p in (
+    Preset("seed000-mix", "mix", SEED_000, "AnandTech, Kingston DC500 (2019): mixed random",
+           "4 KiB random read shares 100/80/60/40/20/0 and 70/30 at QD32 as 32 workers x QD1, "
+           "over the whole target after a whole-target 128 KiB sequential fill; headline 70/30",
+           {"sweeps": (((32, 1), READ_SHARES, "random"),), "span": "target",
+            "duration_s": MIX_POINT_S},
+           "the shares graphed, the span, a fill and the point length: the six shares plus "
+           "70/30, the whole target, a whole-target fill, 3 min a point"),
+    Preset("seed000-act", "act", SEED_000, "AnandTech, Kingston DC500 (2019): Aerospike ACT",
+           "act_prep, then ACT from 150x stepping down by 10x until a full hour passes the "
+           "1/8/64 ms limits, then narrowed; latency from the due time (the queue-era ACT)",
+           {"search": True, "start": 150, "step": 10, "duration_s": ACT_PERIOD_S,
+            "period_s": ACT_PERIOD_S}),
+    Preset("seed001-mix", "mix", SEED_001, "AnandTech, Samsung SM951 (2015): mixed random",
+           "whole-target 128 KiB sequential fill, then 4 KiB random over a 16 GiB span at QD3 "
+           "(1x3), 100 % reads adding 20 % writes a phase (six mixes); MB/s and their average",
+           {"sweeps": (((1, 3), SIX_SHARES, "random"),), "span": 16 * GIB,
+            "duration_s": MIX_POINT_S},
+           "the point length and whether 16GB is GB or GiB: 3 min (Iometer's, as in seed 004), "
+           "16 GiB"),
+    Preset("seed001-seqmix", "seqmix", SEED_001, "AnandTech, Samsung SM951 (2015): mixed sequential",
+           "whole-target fill, then 128 KiB sequential over the whole target at QD1, the six "
+           "mixes; MB/s and their average",
+           {"read_shares": SIX_SHARES, "span": "target", "duration_s": MIX_POINT_S},
+           "the point length: 3 min"),
+    Preset("seed002-steady", "steady", SEED_002, "AnandTech, Micron M510DC (2015): 70/30 steady state",
+           "2 h of 128 KiB sequential writes, 6 h of 4 KiB 70/30 random at QD32 scored on the "
+           "last 500 s (IOPS, consistency, share over 10 ms), QD scaling QD1..QD32 at 70/30, "
+           "then the six mixes at QD32",
+           {"read_share": 0.7, "precondition_s": STEADY_70_30_PRECONDITION_S,
+            "duration_s": STEADY_70_30_S, "window_s": STEADY_70_30_WINDOW_S, "round_s": ROUND_S,
+            "qd_scaling": QD_SCALING, "read_shares": SIX_SHARES, "point_s": MIX_POINT_S,
+            "span": "target"},
+           "the QD steps, the length of the QD-scaling and sweep points and the steady-state "
+           "rounds: QD 1, 2, 4, 8, 16, 32, 3 min a point, 1-minute rounds"),
+    Preset("seed003-steady", "steady", SEED_003, "AnandTech, Maxiotek MK8115 (2017): performance consistency",
+           "whole-target fill, then an hour of 4 KiB random writes at QD32 scored on the last "
+           "400 s (average IOPS, average / stddev)",
+           {"read_share": 0.0, "duration_s": STEADY_S, "window_s": float(scoring.CONSISTENCY_WINDOW_S),
+            "round_s": ROUND_S, "span": "target"},
+           "the steady-state rounds: 1 minute"),
+    Preset("seed004-iometer", "mix", SEED_004, "AnandTech, OCZ Vertex 3 (2011): Iometer 4 KiB random",
+           "over an 8 GiB span, 3 min each: random writes at QD3 with fully random then "
+           "pseudo-random data, the same at QD32, then random reads at QD3; average MB/s",
+           {"sweeps": (((1, 3), (0.0,), "random"), ((1, 3), (0.0,), PSEUDO_RANDOM),
+                       ((1, 32), (0.0,), "random"), ((1, 32), (0.0,), PSEUDO_RANDOM),
+                       ((1, 3), (1.0,), "random")),
+            "span": 8 * GIB, "duration_s": MIX_POINT_S, "fill": False},
+           "a fill and the pseudo-random data's ratio: no fill, half of every 4 KiB zeros "
+           f"({PSEUDO_RANDOM})"),
+)}
+_WHOLE_SECONDS = ("window_s", "round_s", "period_s")
+
+
+def preset_options(name: str, scale: float = 1.0, overrides: dict | None = None):
+    """(test, BenchOptions) of preset `name` at `scale`; `overrides` (BenchOptions fields the
+    user gave) replace the preset's, and are recorded as not the review's."""
+    preset = PRESETS.get(name)
+    if preset is None:
+        raise BenchError(f"unknown preset {name!r}: use one of {', '.join(PRESETS)} "
+                         "(replay bench --list shows them)")
+    o = BenchOptions(scale=scale)
+    fields = {}
+    for key, value in preset.options.items():
+        if key.endswith("_s") and value is not None:
+            value = o.scaled(value, whole=key in _WHOLE_SECONDS)
+        fields[key] = value
+    fields.update(overrides or {})
+    return preset.test, BenchOptions(scale=scale, **fields)
+
+
+def describe_preset(preset: Preset) -> list[str]:
+    """The preset's parameters in words, as `replay bench --list` shows them."""
+    test, o = preset_options(preset.name)
+    lines = [f"{preset.name}: seed {preset.seed} ({preset.review}); replay bench {test}",
+             f"  {preset.summary}"]
+    whole = o.span == "target" or (o.span is None and test != "mix")
+    params = [f"span {'the whole target' if whole else human_bytes(o.span or MIX_SPAN)} from offset 0"]
+    if test in ("mix", "seqmix", "steady"):
+        params.append("fill: " + ("none" if not o.fill else "the whole target, 128 KiB sequential"
+                                  + (", before each sweep" if test == "mix" else "")))
+    if test == "mix":
+        params += ["sweeps in order: " + "; ".join(
+            f"{split_label(split)} ({split[0]} worker(s) at QD{split[1]}), reads "
+            + "/".join(str(_pct(x)) for x in shares) + f" %, data {data}"
+            for split, shares, data in o.sweeps)]
+    if test == "seqmix":
+        params += ["128 KiB sequential, 1x1, reads " + "/".join(str(_pct(x)) for x in o.read_shares) + " %"]
+    if test == "steady":
+        params += [f"4 KiB random, {_pct(o.read_share)} % reads, 1x32",
+                   f"precondition {o.precondition_s or 0:g} s" if o.precondition_s else "precondition: one fill",
+                   f"scored window: last {o.window_s:g} s, rounds of {o.round_s:g} s"]
+        if o.qd_scaling:
+            params.append("then QD scaling " + ", ".join(f"QD{q}" for q in o.qd_scaling)
+                          + f", {o.point_s:g} s each")
+        if o.read_shares:
+            params.append("then reads " + "/".join(str(_pct(x)) for x in o.read_shares)
+                          + f" % at 1x32, {o.point_s:g} s each")
+    if test == "act":
+        params += [f"search from {o.start}x by {o.step}x", f"period {o.period_s:g} s",
+                   "act_prep first", "latency from the due time (queue-era ACT)"]
+    if o.duration_s:
+        params.append(f"duration {o.duration_s:g} s" + (" a point" if test in ("mix", "seqmix") else ""))
+    lines.append("  " + "; ".join(params))
+    if preset.unstated:
+        lines.append(f"  not stated in the seed: {preset.unstated}")
+    return lines
+
+
 def run_bench(test, target, out_dir, options: BenchOptions | None = None, on_run=None,
-              notices=None) -> dict:
-    """Run standard test `test` on `target` (None with the null engine) into `out_dir`."""
-    return Bench(test, target, out_dir, options, on_run, notices).run()
+              notices=None, preset: dict | None = None) -> dict:
+    """Run standard test `test` on `target` (None with the null engine) into `out_dir`;
+    `preset` ({"name", "seed", "overrides"}) is recorded in results.json."""
+    bench = Bench(test, target, out_dir, options, on_run, notices)
+    bench.preset = preset
+    return bench.run()

@@ -2,7 +2,6 @@
 import json
 import re
 import signal
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,12 +13,23 @@ from replay.commands.run import Engine
 from replay.errors import ReplayError
 
 
-class Test(str, Enum):
-    mix = "mix"
-    seqmix = "seqmix"
-    steady = "steady"
-    act = "act"
-    pts = "pts"
+TESTS = ("mix", "seqmix", "steady", "act", "pts")
+# The seed presets (synth.suite.PRESETS), named here so that --help needs no import of the
+# generators; a test checks the two agree.
+PRESET_HELP = (
+    "seed000-mix (seed 000's 70/30 sweep at 32 workers x QD1), seed000-act (seed 000's ACT "
+    "search), seed001-mix (seed 001's QD3 sweep over 16 GiB of a filled drive), "
+    "seed001-seqmix (seed 001's 128 KiB sequential sweep), seed002-steady (seed 002's 2 h + "
+    "6 h 70/30 steady state, QD scaling and sweep), seed003-steady (seed 003's hour of random "
+    "writes), seed004-iometer (seed 004's 4 KiB random QD3/QD32, random and pseudo-random data)")
+# BenchOptions fields per CLI parameter, for telling a preset which options were given.
+_FIELDS = {"duration": "duration_s", "span": "span", "window": "window_s", "round_": "round_s",
+           "max_rounds": "max_rounds", "multiple": "multiple", "search": "search",
+           "start": "start", "step": "step", "period": "period_s", "block_sizes": "block_sizes",
+           "no_fill": "fill", "fill": "fill_bytes", "qd": "qd_splits", "read_shares": "read_shares",
+           "data": "data", "read_share": "read_share", "precondition": "precondition_s",
+           "point": "point_s", "qd_scaling": "qd_scaling", "seed": "seed", "engine": "engine",
+           "destroy_data": "destroy_data", "no_prep": "act_prep", "act_latency": "act_latency"}
 
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -51,9 +61,11 @@ def _whole(text: str, option: str) -> int:
 
 
 def bench(
-    test: Annotated[Test, typer.Argument(help="Which test: mix (4 KiB random read shares at QD3, QD32 and 32 workers at QD1), seqmix (128 KiB sequential at QD1), steady (random writes until steady state), act (Aerospike ACT load) or pts (SNIA PTS IOPS and latency).")],
-    target: Annotated[Optional[str], typer.Argument(help="Block device or regular file to test; its data in the span WILL be destroyed. May be left out only with --engine null.")] = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the results set: results.json and one Parquet results file per run. Created if missing; files of the same names are replaced.")] = ...,
+    ctx: typer.Context,
+    test: Annotated[Optional[str], typer.Argument(help="Which test: mix (4 KiB random read shares at 1x3, 1x32 and 32x1, workers x QD), seqmix (128 KiB sequential at QD1), steady (4 KiB random at QD32 until steady state), act (Aerospike ACT load) or pts (SNIA PTS IOPS and latency); or a preset reproducing one review's test exactly: " + PRESET_HELP + ". --list shows each preset's parameters; options given with a preset replace its values and are recorded as overrides.", show_default=False)] = None,
+    target: Annotated[Optional[str], typer.Argument(help="Block device or regular file to test; its data WILL be destroyed (the fill writes the whole target). May be left out only with --engine null.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Directory for the results set: results.json and one Parquet results file per run. Created if missing; files of the same names are replaced.", show_default=False)] = None,
+    list_: Annotated[bool, typer.Option("--list", help="Print each seed preset with its review and parameters, and exit.")] = False,
     scale: Annotated[float, typer.Option(help="Multiply every run length by this: 0.01 runs the hour-long steady test in 36 s. Scored windows and rounds scale too (whole seconds, at least 1).")] = 1.0,
     duration: Annotated[Optional[float], typer.Option(help="Seconds per measurement, overriding --scale: per point (mix, seqmix), the whole run (steady, act) or per element and round (pts).")] = None,
     span: Annotated[Optional[str], typer.Option(help="Bytes of the target the test uses, from offset 0, for example 16G (default: 8G for mix, the whole target otherwise). The target must hold it.")] = None,
@@ -68,6 +80,8 @@ def bench(
     start: Annotated[int, typer.Option(help="act --search: the first, high multiple.")] = 150,
     step: Annotated[int, typer.Option(help="act --search: how far each failing run steps down.")] = 10,
     period: Annotated[Optional[float], typer.Option(help="act: seconds per scored period (default an hour, scaled); every whole period must meet the limits.")] = None,
+    no_prep: Annotated[bool, typer.Option("--no-prep", help="act: skip act_prep (zeros over the span, then random data) before the first run.")] = False,
+    act_latency: Annotated[str, typer.Option("--act-latency", help="act: which ACT's latency is scored: intended (the queue-era ACT of seed 000: from the time a transaction was due, its queue wait included) or issue (ACT 6: device latency).")] = "intended",
     block_sizes: Annotated[Optional[str], typer.Option(help="pts: the IOPS test's block sizes, comma separated, including 4096 (default 512,4K,8K,16K,32K,64K,128K,1M).")] = None,
     no_fill: Annotated[bool, typer.Option("--no-fill", help="mix, seqmix, steady: skip the 128 KiB sequential fill (the drive is already in the state wanted).")] = False,
     fill: Annotated[Optional[str], typer.Option("--fill", help="mix, seqmix, steady: bytes the 128 KiB sequential fill writes from offset 0, for example 32G (default: the whole target, as the reviews fill the drive, not just the span tested).")] = None,
@@ -86,8 +100,19 @@ def bench(
 
     Example: replay bench mix /dev/sdc -o mix-sdc --scale 0.01
     """
-    from synth.suite import BenchOptions, format_results, parse_split, run_bench
+    from synth.suite import (PRESETS, BenchOptions, describe_preset, format_results, parse_split,
+                             preset_options, run_bench)
 
+    if list_:
+        for preset in PRESETS.values():
+            typer.echo("\n".join(describe_preset(preset)))
+        return
+    if test is None or output is None:
+        fail(ReplayError("give a TEST (or a preset, see --list) and --output DIR, for example "
+                         "replay bench mix /dev/sdc -o mix-sdc"))
+    if test not in TESTS and test not in PRESETS:
+        fail(ReplayError(f"unknown test {test!r}: use one of {', '.join(TESTS)} or a preset "
+                         f"({', '.join(PRESETS)})"))
     notices = []
 
     def on_run(entry):
@@ -101,7 +126,8 @@ def bench(
             scale=scale, duration_s=duration, span=parse_size(span) if span else None,
             engine=engine and engine.value, destroy_data=destroy_data, seed=seed, window_s=window,
             round_s=round_, max_rounds=max_rounds, multiple=multiple, search=search,
-            start=start, step=step, period_s=period,
+            start=start, step=step, period_s=period, act_prep=not no_prep,
+            act_latency=act_latency,
             block_sizes=tuple(parse_size(s) for s in block_sizes.split(",")) if block_sizes else None,
             fill=not no_fill, fill_bytes=parse_size(fill) if fill else None,
             qd_splits=tuple(parse_split(x) for x in qd.split(",")) if qd else None,
@@ -109,8 +135,19 @@ def bench(
             data=tuple(x.strip() for x in data.split(",")), read_share=read_share / 100,
             precondition_s=precondition, point_s=point,
             qd_scaling=tuple(_whole(x, "--qd-scaling") for x in qd_scaling.split(",")) if qd_scaling else ())
+        preset = None
+        if test in PRESETS:
+            given = [name for name in _FIELDS
+                     if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
+            overrides = {_FIELDS[name]: getattr(options, _FIELDS[name]) for name in given}
+            test, options = preset_options(test, scale, overrides)
+            p = PRESETS[ctx.params["test"]]
+            preset = {"name": p.name, "seed": p.seed, "review": p.review,
+                      "overrides": sorted(k for k in overrides
+                                          if k not in ("engine", "destroy_data", "seed"))}
         with signals.StopSignals():  # SIGTERM, SIGHUP end the suite as Ctrl-C does
-            results = run_bench(test.value, target, output, options, on_run=on_run, notices=notices)
+            results = run_bench(test, target, output, options, on_run=on_run, notices=notices,
+                                preset=preset)
     except ReplayError as e:
         for n in dict.fromkeys(notices):
             typer.echo(f"note: {n}", err=True)
