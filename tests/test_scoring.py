@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.scoring import (
-    Bins, act_bins, act_check, act_search, consistency, consistency_bins, iops_series,
-    round_averages, steady_state,
+    ACT_LATENCY, ActGaveUp, ActWatch, Bins, act_bins, act_check, act_search, consistency,
+    consistency_bins, iops_series, round_averages, steady_state,
 )
 from traces.schema import RESULT_COLUMNS, TRACE_COLUMNS, Op
 
@@ -320,3 +320,35 @@ def test_act_search_steps_down_from_150_like_the_review():
     result = act_search(lambda m: m <= 42)
     assert [m for m, _ in result.tried][:12] == list(range(150, 30, -10))
     assert result.score == 42
+
+
+def test_act_device_latency_ignores_the_wait_before_issue():
+    # The same rows as above scored as ACT 6 does (device latency, 50 us): they pass.
+    bins = act_bins(transaction_max_length=65536, latency_from="issue")
+    bins.add(act_rows(10, 100, over_1ms=100))
+    assert act_check(bins, period_s=10).passed
+    assert set(ACT_LATENCY) == {"intended", "issue"} and "due" in ACT_LATENCY["intended"]
+
+
+def test_lateness_bins_count_issue_minus_intended_only():
+    rows = ios(10, 0, latency_ns=50 * MS, late_ns=0) + ios(10, 1, latency_ns=10_000, late_ns=2 * MS)
+    bins = Bins(S, (1 * MS,), latency_from="lateness", by="intended")
+    bins.add(chunk(rows))
+    # Slow but on time: not late. Fast but issued 2 ms late: late.
+    assert bins.over[0].tolist() == [0, 10] and bins.counts.tolist() == [10, 10]
+
+
+@pytest.mark.parametrize("late_ns,length,gives_up", [
+    (400 * MS, 1536, False),  # 250,000 I/Os/s x 0.4 s = 100,000 queued: at the bound
+    (401 * MS, 1536, True),  # past it
+    (10 * S, 128 * 1024, False),  # large-block I/O exactly 10 s late
+    (10 * S + 1, 128 * 1024, True),
+])
+def test_act_gives_up_when_queues_or_large_block_lag_pass_acts_bounds(late_ns, length, gives_up):
+    watch = ActWatch(rate=250_000, transaction_max_length=65536)
+    rows = chunk(ios(5, 0, op=R, length=1536) + ios(1, 1, op=R, length=length, late_ns=late_ns))
+    if gives_up:
+        with pytest.raises(ActGaveUp, match="ACT"):
+            watch.add(rows)
+    else:
+        watch.add(rows)

@@ -322,6 +322,41 @@ def test_fit_refuses_garbage_and_traces_without_reads_or_writes(tmp_path):
         fit_trace(flushes)
 
 
+@pytest.mark.parametrize("arrival", ["even", "poisson"])
+def test_act_load_even_pacing_is_three_even_schedules(arrival):
+    """ACT paces each stream evenly: small reads exactly 1 / (2,000 X) s apart, large-block
+    writes and reads each on their own even schedule; Poisson gaps are anything but."""
+    multiple, duration = 3, 30.0
+    cols = collect(act_load(multiple=multiple, span=GIB, duration_s=duration, arrival=arrival))
+    assert (np.diff(cols["ts_ns"]) >= 0).all() and cols["ts_ns"][-1] < duration * 1e9
+    small = cols["length"] == 1536
+    large_rate = 1000 * multiple * 1536 / (128 * KIB) * 2
+    streams = [(small, 2000 * multiple), (~small & (cols["op"] == Op.WRITE), large_rate),
+               (~small & (cols["op"] == Op.READ), large_rate)]
+    for sel, rate in streams:
+        gaps = np.diff(cols["ts_ns"][sel])
+        if arrival == "even":
+            assert abs(int(sel.sum()) - rate * duration) <= 1
+            assert gaps.min() >= 1e9 / rate - 1 and gaps.max() <= 1e9 / rate + 1
+        else:
+            assert gaps.std() > 0.5 * gaps.mean()  # exponential gaps: stddev = mean
+    with pytest.raises(GeneratorError, match="arrival must be 'even' or 'poisson'"):
+        act_load(multiple=1, span=GIB, duration_s=1, arrival="bursty")
+
+
+def test_an_unbounded_mix_has_no_count_and_never_ends():
+    gen = random_mix(span=GIB, unbounded=True, read_share=0.5)
+    assert gen.count is None and gen.parameters()["count"] is None
+    rows = 0
+    for c in gen.chunks(1 << 16):
+        rows += len(c["op"])
+        if rows >= 10 * BLOCK_ROWS:
+            break
+    assert rows == 10 * BLOCK_ROWS
+    with pytest.raises(GeneratorError, match="unbounded mix is closed loop"):
+        random_mix(span=GIB, unbounded=True, count=10)
+
+
 @pytest.mark.parametrize("params,problem", [
     (dict(count=10, distribution="pareto"), "offset distribution"),
     (dict(count=10, read_share=1.5), "read share"),
