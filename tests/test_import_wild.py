@@ -9,8 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cli_process import replay_cli
+from replay.errors import TraceFormatError
+from traces.convert import import_trace
 from traces.formats import blkparse
 from traces.schema import Flag, Op
 from traces.trace import read_trace
@@ -248,3 +252,36 @@ def test_truncated_gz_names_the_line_wherever_the_cut_is(tmp_path):
         stop = zlib.decompressobj(31).decompress(packed[:cut]).count(b"\n") + 1
         with pytest.raises(Exception, match=f"line {stop}: the gzip data stops here.*truncated"):
             blkparse_rows(path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300), fmt=st.sampled_from(["disksim", "blkreplay", "umass", "blkparse"]))
+def test_garbage_is_a_trace_format_error_never_a_traceback(tmp_path_factory, data, fmt):
+    tmp = tmp_path_factory.mktemp("garbage")
+    path = tmp / "garbage.txt"
+    path.write_bytes(data)
+    out = tmp / "out.parquet"
+    try:
+        import_trace([path], out, fmt, {"time_unit": "ms"})
+    except TraceFormatError as e:
+        assert str(path) in str(e)
+        assert not out.exists()
+    assert not list(tmp.glob("*.partial")) and not list(tmp.glob(".*.partial"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 2**40), st.integers(1, 2**16),
+                               st.booleans()), min_size=1, max_size=30))
+def test_disksim_and_blkreplay_rows_import_as_written(tmp_path_factory, rows):
+    tmp = tmp_path_factory.mktemp("rows")
+    times = np.cumsum([r[0] for r in rows])
+    sim, load = tmp / "t.trace", tmp / "t.load"
+    sim.write_text("".join(f"{t} 3 {s} {n} {int(rd)}\n" for t, (_, s, n, rd) in zip(times, rows)))
+    load.write_text("header\n" + "".join(f"{t // 10**9}.{t % 10**9:09d} ; {s} ; {n} ; {'R' if rd else 'W'} ; 0.0 ; 0.0\n"
+                                         for t, (_, s, n, rd) in zip(times + 10**9, rows)))
+    for path, fmt, origin in ((sim, "disksim", 0), (load, "blkreplay", times[0])):
+        cols, _ = read_trace(import_trace([path], tmp / f"{fmt}.parquet", fmt, {"time_unit": "ns"})[0])
+        assert cols["ts_ns"].tolist() == (times - origin).tolist()
+        assert cols["offset"].tolist() == [r[1] * 512 for r in rows]
+        assert cols["length"].tolist() == [r[2] * 512 for r in rows]
+        assert cols["op"].tolist() == [R if r[3] else W for r in rows]

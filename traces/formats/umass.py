@@ -90,7 +90,10 @@ def _blocks(path, meter):
     check = convert.field_checker(KINDS, min_fields=5)
     for row0, batch in convert.read_blocks(path, ["line"], {"line": pa.string()}, check_line=check,
                                            delimiter="\x1f", meter=meter):
-        fields = pc.split_pattern(batch.column("line"), ",", max_splits=5)
+        line = batch.column("line")
+        # Spaces may follow the commas; trimming costs a pass per field, so only when present.
+        spaced = pc.any(pc.match_substring(line, " ")).as_py()
+        fields = pc.split_pattern(line, ",", max_splits=5)
         if (pc.min(pc.list_value_length(fields)).as_py() or 0) < 5:
             count = convert.numpy_of(pc.list_value_length(fields))
             i = int((count < 5).argmax())
@@ -98,7 +101,8 @@ def _blocks(path, meter):
                                   f"found {count[i]}")
         arrays = []
         for i, (name, type_) in enumerate(_COLUMNS):
-            text = pc.utf8_trim_whitespace(pc.list_element(fields, i))
+            text = pc.list_element(fields, i)
+            text = pc.utf8_trim_whitespace(text) if spaced or type_ is None else text
             if type_ is None:
                 arrays.append(text.dictionary_encode())
                 continue
