@@ -102,7 +102,7 @@ def check_trace(source, options: RunOptions) -> None:
     """Raise ReplayError for a trace that cannot be replayed as asked: no rows, or a first I/O
     due more than a day after the start."""
     scan = source.scan
-    if scan.rows == 0:
+    if scan.rows == 0 and isinstance(source, TraceSource):  # a generator may be asked for none
         raise ReplayError(f"{source.describe(0)['path']} holds no I/Os (0 rows): there is nothing "
                           "to replay; check how the trace was made")
     first = getattr(scan, "first_ts", None)
