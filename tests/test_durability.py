@@ -74,6 +74,33 @@ def test_sigterm_and_sighup_keep_the_rows_and_remove_the_scratch_file(tmp_path, 
     assert os.listdir(tmpdir) == [] and not journal(out)
 
 
+def test_sigterm_ends_a_library_replay_with_its_rows(tmp_path):
+    import sys
+
+    from cli_process import ENV
+
+    trace = make_trace(tmp_path / "long.parquet", 300, 100_000_000)
+    out = tmp_path / "out.parquet"
+    script = ("from replay.runner import RunOptions, replay\n"
+              f"o = replay({str(trace)!r}, None, RunOptions(engine='null'), output={str(out)!r})\n"
+              "print(o.interrupted, o.signum, o.rows)")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        wait_for(proc, lambda: journal(out), "the run's start")
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    interrupted, signum, rows = stdout.split()
+    assert (interrupted, signum) == ("True", str(int(signal.SIGTERM))) and int(rows) > 0
+    assert open_trace(out).metadata["rows_done"] == int(rows)
+
+
 def test_sigterm_before_the_first_io_exits_143_and_leaves_nothing(tmp_path):
     # A large trace takes seconds to scan; the signal comes while it is read.
     trace = make_trace(tmp_path / "big.parquet", 3_000_000, 1000)
