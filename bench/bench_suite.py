@@ -5,7 +5,10 @@ I/O of a results file on a loop device (what an hour of per-I/O results costs on
 How to read it: each row is one `replay bench steady` in a fresh process; "peak RSS" is its
 ru_maxrss. "B/row" is the steady run's Parquet file size / its rows. The null engine's results
 compress far better (identical latencies) than a real device's, so the loop-device row is
-the one to price an hour: rows x B/row.
+the one to price an hour: rows x B/row. "groups" and "footer KB" are the results file's row
+groups and its serialised footer, the metadata the Parquet writer holds in memory until it
+closes the file: what grows with the run's length. The footer's growth per row group is the
+slope between the shortest and the longest null-engine run.
 """
 import json
 import os
@@ -15,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from _harness import machine, parser, table, write_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,8 +44,10 @@ def row_of(label, duration, out, results, rss, elapsed):
     run = next(r for r in results["runs"] if r["name"] == "steady")
     rows = run["summary"]["total_ios"]
     size = (out / run["file"]).stat().st_size
+    footer = pq.ParquetFile(out / run["file"]).metadata
     return [label, duration, round(elapsed, 1), rows, round(run["summary"]["iops"]),
-            round(size / max(rows, 1), 2), round(rss)]
+            round(size / max(rows, 1), 2), round(rss), footer.num_row_groups,
+            round(footer.serialized_size / 1e3, 1)]
 
 
 def main():
@@ -65,9 +71,16 @@ def main():
                 out = Path(tmp) / "loop"
                 results, rss, elapsed = bench_steady(out, dev, "--span", "256M", "--duration", str(d))
                 rows.append(row_of("loop device", d, out, results, rss, elapsed))
-    headers = ["target", "duration s", "wall s", "rows", "IOPS", "B/row", "peak RSS MB"]
+    headers = ["target", "duration s", "wall s", "rows", "IOPS", "B/row", "peak RSS MB", "groups", "footer KB"]
     print(table(headers, rows))
-    write_json(args.json, {"machine": machine(), "headers": headers, "rows": rows})
+    null = [r for r in rows if r[0] == "null engine"]
+    growth = None
+    if null[-1][7] > null[0][7]:
+        growth = (null[-1][8] - null[0][8]) / (null[-1][7] - null[0][7])
+        print(f"footer growth: {growth:.2f} KB per row group of "
+              f"{(null[-1][3] - null[0][3]) / (null[-1][7] - null[0][7]):,.0f} rows")
+    write_json(args.json, {"machine": machine(), "headers": headers, "rows": rows,
+                           "footer_kb_per_row_group": growth})
 
 
 if __name__ == "__main__":
