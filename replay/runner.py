@@ -27,7 +27,8 @@ from replay.targets import (Target, check_output, check_output_path, check_safe_
                             scratch_target, unclaimed)
 from traces import library, schema
 from traces.schema import Op
-from traces.trace import JournalKept, TraceWriter, convert_journal, open_trace, read_journal
+from traces.trace import (JournalKept, TraceWriter, convert_journal, journal_in_use, open_trace,
+                          read_journal)
 
 ENGINES = ("io_uring", "psync", "null")
 
@@ -148,7 +149,7 @@ class _Scan:
 
 
 # Results rows per row group: ~30 MB held, and a results file's footer, which the writer
-# keeps in memory, grows by 0.84 KB (serialised) per row group (python bench/bench_suite.py).
+# keeps in memory, grows by ~7 KB per 524,288 I/Os.
 RESULT_GROUP_ROWS = 1 << 19
 # Results stream into a journal (TraceWriter's journal_s) that is fsynced this often, and
 # each piece pushed to the engine is cut to complete within about this long, so a SIGKILL
@@ -744,6 +745,9 @@ def recover(journal, output=None) -> tuple[Path, int]:
     them."""
     journal = Path(journal)
     _, metadata, batches = read_journal(journal)
+    if journal_in_use(journal):
+        raise ReplayError(f"{journal} is still being written by a running replay, which makes "
+                          "its results file when it ends; stop it first to recover its rows now")
     if metadata.get("kind") != "results":
         raise ReplayError(f"{journal} is not the journal of a replay run's results")
     name = journal.name.removesuffix(".partial")

@@ -150,7 +150,11 @@ def test_a_killed_run_leaves_a_journal_that_recovers_the_rows_done(tmp_path):
     with replay_process("run", trace, "--engine", "null", "-o", out, cwd=tmp_path) as proc:
         wait_for(proc, lambda: journal(out), "the run's start")
         started = time.monotonic()
-        time.sleep(6)
+        # While the run writes it, the journal is not recovered from under it.
+        live = replay_cli("recover", journal(out)[0], cwd=tmp_path)
+        assert live.returncode == 2 and "still being written" in one_line(live.stderr, "error:")
+        assert journal(out) and not out.exists()
+        time.sleep(max(0.0, 6 - (time.monotonic() - started)))
         proc.kill()
         proc.wait()
         ran = time.monotonic() - started

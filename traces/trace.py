@@ -27,6 +27,7 @@ provenance          str      where the data came from and what was done to it
 Results files add keys of their own at close (a run summary, ``interrupted: true``).
 Unknown keys are kept as they are.
 """
+import fcntl
 import json
 import os
 import secrets
@@ -389,6 +390,9 @@ class TraceWriter:
             self._sink, journal_schema,
             options=pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False))
         self._sink_fd = os.open(self._tmp, os.O_RDONLY)  # for fsync; OSFile has no fileno
+        # Held while the journal is written (the kernel drops it with the process, however
+        # it dies): `journal_in_use` tells a live journal from a killed run's.
+        fcntl.flock(self._sink_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         _fsync_directory(self._tmp.parent)  # the journal's name survives a power cut too
         self._synced = time.monotonic()
 
@@ -547,6 +551,18 @@ class JournalKept(OSError):
     def __init__(self, journal: Path, rows: int, cause: OSError):
         super().__init__(cause.errno, cause.strerror or str(cause))
         self.journal, self.rows, self.cause = Path(journal), rows, cause
+
+
+def journal_in_use(path) -> bool:
+    """True while a TraceWriter is still writing the journal at `path`."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def read_journal(path) -> tuple[pa.Schema, dict, Iterator[pa.RecordBatch]]:
