@@ -184,3 +184,92 @@ def steady_rounds(rounds: dict[str, np.ndarray], title="Steady-state rounds"):
     ax.set_ylim(bottom=0)
     _legend(ax)
     return fig
+
+
+# ---- the reviews' own pictures of replay bench results sets ---------------------------------
+
+SIX_SHARES = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)  # seed 001's six mixes, whose MB/s it averages
+
+
+def _sweep_name(row) -> str:
+    """A mix table row's sweep: its workers x QD split, and a data pattern other than random."""
+    split = row.get("split") or f"{row.get('workers', 1)}x{row['qd']}"
+    data = row.get("data", "random")
+    return split + ("" if data == "random" else f" {data}")
+
+
+def sweep_mb(tables: dict[str, list[dict]], title="Mix sweep: MB/s by read share"):
+    """`tables`: {target label: results-set table rows (read_share, mb_per_s, split or qd and
+    workers, data)}. The reviews' MB/s picture: one line per target and sweep, reads from
+    100 % at the left to 0 %, and beside it seed 001's bar, the average MB/s of the six mixes
+    100/80/.../0 % reads, for each line that has all six."""
+    fig, (ax, bar) = plt.subplots(1, 2, figsize=_SIZE, dpi=_DPI, layout="constrained",
+                                  gridspec_kw={"width_ratios": (3, 1)})
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    averages = {}
+    for label, rows in tables.items():
+        for sweep in dict.fromkeys(_sweep_name(r) for r in rows):
+            pts = sorted((float(r["read_share"]), float(r["mb_per_s"])) for r in rows
+                         if _sweep_name(r) == sweep)
+            x, y = zip(*pts)
+            ax.plot(np.array(x) * 100, y, marker="o", label=f"{label} {sweep}")
+            six = {share: mb for share, mb in pts if share in SIX_SHARES}
+            if len(six) == len(SIX_SHARES):
+                averages[f"{label} {sweep}"] = sum(six.values()) / len(six)
+    ax.set_xlim(102, -2)  # 100 % reads first, as the reviews draw it
+    ax.set_xlabel("reads (% of I/Os)")
+    ax.set_ylabel("MB/s")
+    ax.set_ylim(bottom=0)
+    _legend(ax)
+    bar.set_title("average of the six mixes", fontsize="small")
+    if averages:
+        names = list(averages)
+        bar.barh(range(len(names)), [averages[n] for n in names], color="tab:blue")
+        bar.set_yticks(range(len(names)), names, fontsize="x-small")
+        bar.invert_yaxis()
+    else:
+        bar.set_yticks([])
+        bar.text(0.5, 0.5, "no sweep has\nall six mixes", ha="center", va="center",
+                 transform=bar.transAxes, fontsize="small")
+    bar.set_xlabel("MB/s")
+    bar.grid(True, axis="x", alpha=0.3)
+    return fig
+
+
+def qd_scaling(curves: dict[str, list[dict]], title="Queue-depth scaling"):
+    """`curves`: {target label: rows with qd and iops (steady's qd_scaling)}; log2 QD axis."""
+    fig, ax = _figure(title)
+    for label, rows in curves.items():
+        pts = sorted((int(r["qd"]), float(r["iops"])) for r in rows)
+        x, y = zip(*pts)
+        ax.plot(x, y, marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    from matplotlib.ticker import ScalarFormatter
+
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.set_xlabel("queue depth (log scale)")
+    ax.set_ylabel("IOPS")
+    ax.set_ylim(bottom=0)
+    _legend(ax)
+    return fig
+
+
+def scored_window(series: dict[str, tuple[np.ndarray, np.ndarray, float]],
+                  title="Scored window: IOPS per second"):
+    """`series`: {label: (t_s, per-second IOPS, window_s)}: the consistency scatter zoomed
+    on the last `window_s` seconds the score is taken from, with each window's average."""
+    fig, ax = _figure(title)
+    _colours(ax, len(series))
+    for label, (t, y, window_s) in series.items():
+        t, y = np.asarray(t, dtype=float), np.asarray(y, dtype=float)
+        keep = t >= len(t) - window_s
+        dots = ax.scatter(t[keep], y[keep], s=6, label=label)
+        if keep.any():
+            ax.axhline(float(y[keep].mean()), color=dots.get_facecolor()[0], linewidth=1,
+                       linestyle="--", label=f"{label} average")
+    ax.set_xlabel("time since the run's start (s)")
+    ax.set_ylabel("IOPS")
+    ax.set_ylim(bottom=0)
+    _legend(ax, markerscale=2)
+    return fig

@@ -277,6 +277,37 @@ img{max-width:100%;border:1px solid #ddd}pre{background:#f6f6f6;padding:1em;over
 """
 
 
+def _bench_figures(sets) -> list:
+    """The reviews' own pictures of bench results sets: MB/s sweeps with the average of the
+    six mixes (mix, seqmix, steady's QD32 sweep), the zoom on steady's scored window and its
+    QD scaling."""
+    figures, mb, seq, window, scaling = [], {}, {}, {}, {}
+    for it in sets:
+        sc, test = it.loaded.scores, it.loaded.test
+        if test in ("mix", "steady") and sc.get("table"):
+            mb[it.tag] = sc["table"]
+        if test == "seqmix" and sc.get("table"):
+            seq[it.tag] = sc["table"]
+        if test == "steady" and sc.get("iops_series") and sc.get("window_s"):
+            y = np.array(sc["iops_series"], dtype=float)
+            window[it.tag] = (np.arange(len(y), dtype=float), y, float(sc["window_s"]))
+        if test == "steady" and sc.get("qd_scaling"):
+            scaling[it.tag] = sc["qd_scaling"]
+    if mb:
+        figures.append(("mix_sweep_mb", "Random mixes in MB/s, as the reviews draw them, with the "
+                        "average of the six mixes (seed 001's bar).", plots.sweep_mb(mb, "4 KiB random mixes: MB/s")))
+    if seq:
+        figures.append(("seqmix_sweep", "128 KiB sequential mixes in MB/s, with the average of the six.",
+                        plots.sweep_mb(seq, "128 KiB sequential mixes: MB/s")))
+    if window:
+        figures.append(("steady_window", "The scored window of the steady-state test, zoomed: IOPS "
+                        "per second and their average.", plots.scored_window(window)))
+    if scaling:
+        figures.append(("qd_scaling", "Queue-depth scaling after the steady-state run.",
+                        plots.qd_scaling(scaling)))
+    return figures
+
+
 def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
     """Write the report for `paths` (results files and results-set directories) to `output`
     and its plots to OUTPUT_STEM_files/NAME.png. `labels` names each input's target (default:
@@ -343,7 +374,9 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
             continue
         sc = it.loaded.scores
         rr = (sc.get("steady_state") or {}).get("rounds") or []
-        values = [r.get("iops", r.get("average")) if isinstance(r, dict) else r for r in rr]
+        # Each round's own average (its value), not the 5-round window's rolling average.
+        values = sc.get("round_iops") or [r.get("iops", r.get("value")) if isinstance(r, dict) else r
+                                          for r in rr]
         values = [v for v in values if isinstance(v, (int, float))]
         if values:
             rounds[it.tag] = np.array(values, dtype=float)
@@ -355,6 +388,7 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
     if series:
         figures.append(("steady_iops", "Steady-state test: IOPS per second (the consistency picture).",
                         plots.over_time(series, "Steady state: IOPS over time", "IOPS", scatter=True)))
+    figures += _bench_figures(sets)
 
     verdict_html, notes = "", []
     targets = list(dict.fromkeys(it.label for it in items))

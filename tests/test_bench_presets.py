@@ -335,3 +335,41 @@ def test_seed004_iometer_order_data_and_8_gib_span(loop_device, tmp_path):
         top = max(top, int(c["offset"].max()))
         assert r["parameters"]["time_limit_s"] == pytest.approx(180 * 0.0003)
     assert top > 4 * GIB  # the whole 8 GiB span, not the 64 MiB beyond it
+
+
+# ---- the reviews' pictures ---------------------------------------------------------------------
+
+
+def test_the_report_draws_the_reviews_pictures_of_bench_sets(tmp_path, monkeypatch):
+    from analysis import plots, report
+
+    steady = tmp_path / "steady"
+    run_bench("steady", None, steady, BenchOptions(
+        engine="null", span=16 * MIB, duration_s=6, window_s=3, round_s=1, point_s=0.05,
+        read_share=0.7, qd_scaling=(1, 4, 32), read_shares=tuple(SIX)))
+    seq = tmp_path / "seq"
+    run_bench("seqmix", None, seq, BenchOptions(engine="null", span=16 * MIB, duration_s=0.05,
+                                                read_shares=tuple(SIX)))
+    drawn = {}
+    original = plots.steady_rounds
+
+    def spy(rounds, *args, **kwargs):
+        drawn.update(rounds)
+        return original(rounds, *args, **kwargs)
+
+    monkeypatch.setattr(plots, "steady_rounds", spy)
+    html = report.build_report([steady, seq], tmp_path / "r.html", labels=["t", "t"])
+    files = {p.stem for p in (tmp_path / "r_files").iterdir()}
+    assert {"mix_sweep_mb", "seqmix_sweep", "steady_window", "qd_scaling", "steady_rounds"} <= files
+    assert html.is_file()
+    # The rounds chart shows each round's own average, not the rolling 5-round window's.
+    scores = load(steady)["scores"]
+    (values,) = drawn.values()
+    assert list(values) == scores["round_iops"] and len(values) == 6
+    assert scores["steady_state"]["rounds"][-1]["average"] != values[-1] or \
+        np.mean(values[-5:]) == values[-1]
+    fig = plots.sweep_mb({"t": scores["table"]})
+    bars = fig.axes[1].patches
+    mbps = [r["mb_per_s"] for r in scores["table"]]
+    assert len(bars) == 1 and bars[0].get_width() == pytest.approx(sum(mbps) / 6)
+    assert fig.axes[0].get_ylabel() == "MB/s"
