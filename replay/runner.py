@@ -481,14 +481,16 @@ def _worker_bytes(depth: int, max_length: int) -> int:
     return pool + slot * min(depth, pool // slot)
 
 
-def _check_memory(workers: int, depth: int, max_length: int) -> None:
-    """Refuse workers whose buffers would not fit in the memory available: the kernel's OOM
-    killer would otherwise end the run without a word."""
-    try:
-        meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
-        available = int(meminfo["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return
+def _check_memory(workers: int, depth: int, max_length: int, available: int | None = None) -> None:
+    """Refuse workers whose buffers would not fit in the memory `available` (default: the
+    kernel's MemAvailable): the OOM killer would otherwise end the run without a word."""
+    if available is None:
+        try:
+            with open("/proc/meminfo") as f:
+                meminfo = dict(line.split(":", 1) for line in f)
+            available = int(meminfo["MemAvailable"].split()[0]) * 1024
+        except (OSError, KeyError, ValueError):
+            return
     need = workers * (_worker_bytes(depth, max_length) + (1 << 20))  # + thread stack and ring
     if need > available:
         raise ReplayError(
