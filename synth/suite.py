@@ -446,11 +446,18 @@ class Bench:
             raise BenchError("the PTS IOPS test tracks 4 KiB random writes: --block-sizes must include 4096")
         if max(sizes) > self.span:
             raise BenchError(f"a block size of {max(sizes)} bytes exceeds the span; give a larger --span")
-        pieces = [g.Purge(span=min(PURGE_PIECE, self.span - at), span_start=at, seed=o.seed)
-                  for at in range(0, self.span, PURGE_PIECE)]
-        fill = g.sequential_fill(span=self.span, passes=2, seed=o.seed)
-        self._replay("purge-fill", "precondition", g.Sequence("snia-purge-fill", [*pieces, fill],
-                                                              seed=o.seed))
+        self.scores["purge"] = purge_statement(self.target)
+
+        def purge_fill(name):
+            """PTS's purge (a discard of the span, see purge_statement) and its
+            workload-independent preconditioning, twice the span in 128 KiB sequential writes."""
+            pieces = [g.Purge(span=min(PURGE_PIECE, self.span - at), span_start=at, seed=o.seed)
+                      for at in range(0, self.span, PURGE_PIECE)]
+            fill = g.sequential_fill(span=self.span, passes=2, seed=o.seed)
+            self._replay(name, "precondition", g.Sequence("snia-purge-fill", [*pieces, fill],
+                                                          seed=o.seed))
+
+        purge_fill("purge-fill")
         self.scores["iops_matrix"] = []
         self.scores["latency"] = []
 
@@ -477,6 +484,9 @@ class Bench:
             self.scores["iops_matrix"].append({"read_share": share, "block_size": size,
                                                "iops": sum(values) / len(values)})
         self.scores["latency_steady_state"] = {}
+        # The latency test is a test of its own in PTS: purged and preconditioned afresh, not
+        # run on the drive as the IOPS test's rounds left it.
+        purge_fill("lat-purge-fill")
         elements = [(s, b) for s in PTS_LATENCY_READ_SHARES for b in PTS_LATENCY_BLOCK_SIZES]
         rounds = _rounds(elements, (0.0, 4 * KIB), latency_element, lambda v: v["mean_ns"],
                          o.max_rounds, self.scores["latency_steady_state"])
@@ -487,6 +497,26 @@ class Bench:
                 "max_ns": max(v["max_ns"] for v in values),
                 "p99_ns": max((v["p99_ns"] or 0) for v in values),
             })
+
+
+def purge_statement(target) -> dict:
+    """Whether the discard this suite purges with is a PTS purge on `target`, and what to do
+    where it is not. PTS 2.0.2 asks for a purge that returns the drive to its fresh-out-of-box
+    state: ATA SECURITY ERASE or SANITIZE, SCSI FORMAT UNIT or SANITIZE, NVMe Format or
+    Sanitize. A discard (TRIM, UNMAP, Deallocate) only unmaps LBAs, and the drive keeps its
+    mapping and its NAND's state, so on an SSD it is not one."""
+    what = {"method": "discard of the span"}
+    if target.kind == "null":
+        return {**what, "pts_purge": None, "why": "the null engine does no I/O"}
+    if target.kind == "file" or target.backing_file:
+        return {**what, "pts_purge": True,
+                "why": "on a regular file (or a loop device over one) a discard punches holes: "
+                       "the blocks are freed and read back as zeros, the file's own fresh state"}
+    return {**what, "pts_purge": False,
+            "why": f"{target.path} is a drive: a discard only unmaps its LBAs, not the purge PTS "
+                   "requires; purge it with the drive's own command first (nvme format or nvme "
+                   "sanitize; hdparm --security-erase or sg_sanitize for SATA and SAS), and read "
+                   "these results as preconditioned, not purged, where that was not done"}
 
 
 def _rounds(elements, tracked, measure, value, max_rounds, report):
@@ -660,6 +690,10 @@ def format_results(results: dict) -> str:
         if "act_multiple" in s:
             lines.append(f"ACT score: {s['act_multiple']:g}x ({'passed' if s['passed'] else 'failed'})")
     elif test == "pts":
+        if s.get("purge"):
+            lines.append(f"purge: {s['purge']['method']}; a PTS purge here: "
+                         f"{ {True: 'yes', False: 'no', None: 'n/a'}[s['purge']['pts_purge']] } "
+                         f"({s['purge']['why']})")
         lines.append(f"{'read %':>7}{'block':>8}{'IOPS':>12}")
         for row in s.get("iops_matrix", []):
             lines.append(f"{_pct(row['read_share']):>7}{_size_label(row['block_size']):>8}{row['iops']:>12,.0f}")

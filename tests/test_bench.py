@@ -255,8 +255,12 @@ def test_pts_on_a_loop_device(loop_device, tmp_path):
     check_results_set(out, "pts")
     runs = results["runs"]
     assert runs[0]["name"] == "purge-fill" and runs[0]["role"] == "precondition"
-    purge = next(chunks_of(out / "purge-fill.parquet"))
-    assert purge["op"][0] == schema.Op.DISCARD and purge["length"][0] == 32 * MIB
+    for name in ("purge-fill", "lat-purge-fill"):  # the latency test is purged afresh
+        purge = next(chunks_of(out / f"{name}.parquet"))
+        assert purge["op"][0] == schema.Op.DISCARD and purge["length"][0] == 32 * MIB
+    names = [r["name"] for r in runs]
+    assert names.index("lat-purge-fill") == names.index(next(n for n in names if n.startswith("lat-r"))) - 1
+    assert results["scores"]["purge"]["pts_purge"] is True  # a loop device over a file
     s = results["scores"]
     assert len(s["iops_matrix"]) == 7 and len(s["latency"]) == 9
     rounds = len(s["iops_steady_state"]["rounds"])

@@ -373,3 +373,15 @@ def test_the_report_draws_the_reviews_pictures_of_bench_sets(tmp_path, monkeypat
     mbps = [r["mb_per_s"] for r in scores["table"]]
     assert len(bars) == 1 and bars[0].get_width() == pytest.approx(sum(mbps) / 6)
     assert fig.axes[0].get_ylabel() == "MB/s"
+
+
+def test_a_discard_is_a_pts_purge_on_a_file_but_not_on_a_drive():
+    from replay.targets import Target
+    from synth.suite import purge_statement
+
+    drive = Target("/dev/nvme0n1", "block", 1 << 40, 512, 4096)
+    loop = Target("/dev/loop3", "block", 1 << 30, 512, 512, backing_file="/var/tmp/x.img")
+    file = Target("/var/tmp/x.img", "file", 1 << 30, 512, 4096)
+    said = purge_statement(drive)
+    assert said["pts_purge"] is False and "nvme format" in said["why"]
+    assert purge_statement(loop)["pts_purge"] is True and purge_statement(file)["pts_purge"] is True
