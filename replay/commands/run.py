@@ -93,7 +93,7 @@ def run(
     read_only: Annotated[bool, typer.Option("--read-only", help="Replay only the reads; writes, flushes and discards are skipped and counted.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the trace, the target and the mapping, then stop without issuing any I/O.")] = False,
     data: Annotated[str, typer.Option(help="What writes carry: random (incompressible), zeros, or compressible:PCT (PCT percent zeros, 0 to 100).")] = "random",
-    destroy_data: Annotated[bool, typer.Option("--destroy-data", help="Write to a block device even though it looks in use (mounted, partitioned, holding a filesystem). Its data WILL be destroyed.")] = False,
+    destroy_data: Annotated[bool, typer.Option("--destroy-data", help="Write to a block device or disk image even though it looks in use (partitioned, holding a filesystem, behind a loop device). Its data WILL be destroyed.")] = False,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results file (Parquet). Default: TRACE-TARGET-TIMESTAMP.parquet in the current directory.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON, with fio's key names, instead of a table.")] = False,
 ):
