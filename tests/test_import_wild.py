@@ -164,17 +164,22 @@ def test_drop_outliers_leaves_out_a_glitched_record(tmp_path):
     assert "left out 1 record" in done.stdout and "hm_0-glitched-record.csv:4" in done.stdout
 
 
-def test_drop_outliers_moves_the_origin_past_a_glitched_first_record(tmp_path):
+@pytest.mark.parametrize("glitch", [1_000, 2 * 10**18], ids=["earlier", "later"])
+def test_drop_outliers_moves_the_origin_past_a_glitched_first_record(tmp_path, glitch):
+    """The times count from the first record: a glitched one, far before or after the rest,
+    is left out and the times count from the second (5,000 ns + 10^18)."""
     path = tmp_path / "fiu.txt"
     path.write_text("".join(f"{t} 1 p {i} 8 R 8 0 x\n" for i, t in enumerate(
-        [1_000, 10**18 + 5_000, 10**18 + 7_000, 10**18 + 12_000])))
+        [glitch, 10**18 + 5_000, 10**18 + 7_000, 10**18 + 12_000])))
     out = tmp_path / "f.parquet"
+    done = replay_cli("import", path, "-o", out, cwd=tmp_path)
+    assert done.returncode == 2 and f"{path}: line 1: this record's time is" in done.stderr, done.stderr
     done = replay_cli("import", path, "-o", out, "--drop-outliers", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     cols, meta = read_trace(out)
     assert cols["ts_ns"].tolist() == [0, 2_000, 7_000]
     assert cols["offset"].tolist() == [512, 1024, 1536]
-    assert meta["source"]["time_shift_ns"] == -(10**18 + 4_000)
+    assert meta["dropped_outliers"]["first"] == ["fiu.txt:1"]
 
 
 def test_verify_flags_a_40_year_trace(tmp_path):

@@ -151,17 +151,43 @@ def read_block(f, size):
     return b"".join(parts), None
 
 
-def first_record(path, parse, checker, otherwise):
+def first_record(path, parse, checker, otherwise, time_of=None, scale=1, outliers=None):
     """(line number, parse(line)) of the first line of `path`, or None for an empty file. A
     first line that `parse` refuses (None) is a TraceFormatError naming the field `checker`
-    finds at fault, or saying `otherwise` when every field has the right kind."""
-    first = next(iter_lines(path), None)
+    finds at fault, or saying `otherwise` when every field has the right kind.
+
+    With `time_of` (parsed -> time, `scale` ns a unit), for a format whose times count from
+    its first record: a first record that is an outlier (see Outliers) is refused, naming
+    its line. With outliers.drop, a first record later than the rest gives way to the second
+    as the origin; an earlier one stays the origin, and import_trace moves the times once the
+    record is dropped (ZERO_AT_FIRST). Either way no kept time is negative.
+    """
+    lines = iter_lines(path)
+    first = next(lines, None)
     if first is None:
         return None
     parsed = parse(first[1].decode("utf-8", "replace"))
     if parsed is None:
         raise TraceFormatError(path, f"line {first[0]}: {checker(first[1]) or otherwise}")
+    if time_of is None:
+        return first[0], parsed
+    after = [(number, parse(line.decode("utf-8", "replace"))) for number, line in itertools.islice(lines, 2)]
+    if len(after) < 2 or after[0][1] is None or after[1][1] is None:
+        return first[0], parsed
+    t0, t1, t2 = (float(time_of(p)) for p in (parsed, after[0][1], after[1][1]))
+    limit = MAX_GAP_NS / scale
+    if abs(t1 - t0) > limit and abs(t2 - t1) <= limit:
+        if outliers is None or not outliers.drop:
+            raise outlier_error(path, first[0], abs(t1 - t0) * scale)
+        if t0 > t1:
+            return after[0]
     return first[0], parsed
+
+
+def outlier_error(path, line, gap_ns) -> TraceFormatError:
+    return TraceFormatError(path, f"line {line}: this record's time is {span_text(gap_ns)} away "
+                            f"from the records around it (more than {span_text(MAX_GAP_NS)}): a "
+                            "damaged timestamp; --drop-outliers leaves such records out")
 
 
 def device_option(options, what: str) -> int | None:
@@ -518,12 +544,8 @@ class Outliers:
             rows = chunk["_row"][:n][far]
             if not self.log.drop:
                 i = int(far.argmax())
-                gap = np.nanmin([left[i], right[i]]) * self.scale
-                raise TraceFormatError(
-                    self.path, f"line {self.line_of(int(rows[0]))}: this record's time is "
-                    f"{span_text(gap)} away from the records around it (more than "
-                    f"{span_text(MAX_GAP_NS)}): a damaged timestamp; --drop-outliers leaves "
-                    "such records out")
+                raise outlier_error(self.path, self.line_of(int(rows[0])),
+                                    np.nanmin([left[i], right[i]]) * self.scale)
             if first[:n].any():
                 self.log.first_dropped = True
             name = Path(self.path).name
@@ -643,7 +665,8 @@ def import_trace(paths, output, fmt=None, options=None, command=None, progress=N
             and len(first["ts_ns"]):
         # The dropped record was the origin the times count from: count from the first kept.
         shift = int(first["ts_ns"][0])
-        source["time_shift_ns"] = -shift
+        if shift:
+            source["time_shift_ns"] = -shift
     # A format may say which columns it would have made, for an input without records.
     declared = metadata.pop("columns", None) or REQUIRED
     names = [n for n in _ORDER if n in (first if first is not None else declared)]

@@ -65,7 +65,8 @@ def read(paths, options):
     wanted = convert.device_option(options, "device_id")
     origin = None
     for path in paths:
-        first = convert.first_record(path, _parse, convert.field_checker(KINDS), "opcode must be R or W")
+        first = convert.first_record(path, _parse, convert.field_checker(KINDS), "opcode must be R or W",
+                                     lambda f: f[3], 1000, options.get("outliers"))
         if first is None:
             continue
         number, parsed = first

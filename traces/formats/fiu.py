@@ -42,7 +42,8 @@ def sniff(path, head) -> bool:
 def read(paths, options):
     checker = convert.field_checker(KINDS, delimiter=" ")
     firsts = [first[1] for path in paths
-              if (first := convert.first_record(path, _parse, checker, "operation must be R or W"))]
+              if (first := convert.first_record(path, _parse, checker, "operation must be R or W",
+                                                lambda f: f[0], 1, options.get("outliers")))]
     origin = min((f[0] for f in firsts), default=0)
     devices = sorted({(f[4], f[5]) for f in firsts})
     metadata = {

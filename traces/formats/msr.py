@@ -50,7 +50,8 @@ def read(paths, options):
     meter = options.get("meter")
     firsts = []
     for path in paths:
-        first = convert.first_record(path, _fields, convert.field_checker(KINDS), "Type must be Read or Write")
+        first = convert.first_record(path, _fields, convert.field_checker(KINDS), "Type must be Read or Write",
+                                     lambda f: f[1][0], TICK_NS, options.get("outliers"))
         if first is None:
             firsts.append(None)
             continue

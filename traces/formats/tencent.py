@@ -49,7 +49,8 @@ def read(paths, options):
     wanted = convert.device_option(options, "VolumeID")
     origin = None
     for path in paths:
-        first = convert.first_record(path, _parse, convert.field_checker(KINDS), "IOType must be 0 or 1")
+        first = convert.first_record(path, _parse, convert.field_checker(KINDS), "IOType must be 0 or 1",
+                                     lambda f: f[0], 10**9, options.get("outliers"))
         if first is None:
             continue
         number, parsed = first
