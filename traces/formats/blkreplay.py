@@ -14,7 +14,6 @@ Times count from the first request, as blkreplay replays them.
 """
 import re
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 

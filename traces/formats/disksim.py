@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replay.errors import ReplayError, TraceFormatError
+from replay.errors import ReplayError
 from traces import convert
 from traces.schema import Op
 
