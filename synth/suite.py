@@ -105,7 +105,7 @@ class BenchOptions:
     point_s: float | None = None  # steady: seconds per QD-scaling and sweep point (180 scaled)
     qd_scaling: tuple = ()  # steady: queue depths run after the steady run (seed 002: 1..32)
     chunk_rows: int = 1 << 16
-    act_prep: bool = True  # act: act_prep (zeros, then random data over the span) first
+    act_prep: bool = True  # act: act_prep (zeros, then random data over the whole target) first
     act_latency: str = "intended"  # act: scoring.ACT_LATENCY key; "issue" is ACT 6's
 
     def scaled(self, seconds: float, whole: bool = False) -> float:
@@ -394,8 +394,8 @@ class Bench:
         if o.act_prep:  # act_prep: zeros over the whole device, then random data, once
             for data in ("zeros", "random"):
                 self._replay(f"act-prep-{data}", "precondition",
-                             g.sequential_fill(span=span, block_size=FILL_BLOCK, seed=o.seed),
-                             data=data)
+                             g.sequential_fill(span=self.fill_span, block_size=FILL_BLOCK,
+                                               seed=o.seed), data=data)
 
         def attempt(multiple):
             gen = g.act_load(multiple=multiple, span=span, duration_s=duration,

@@ -220,12 +220,13 @@ def test_mix_runs_one_split_at_a_time_refilling_before_each(loop_device, tmp_pat
 def test_seed000_act_prepares_then_paces_evenly(loop_device, tmp_path):
     device = loop_device(64 * MIB)
     out = tmp_path / "a"
-    test, options = preset_options("seed000-act", 2 / 3600, {"start": 2, "step": 1})
+    test, options = preset_options("seed000-act", 2 / 3600, {"start": 2, "step": 1,
+                                                             "span": 32 * MIB})
     results = run_bench(test, device, out, options)
     prep = [r for r in results["runs"] if r["role"] == "precondition"]
     assert [(r["name"], run_md(out, r)["run"]["data"]) for r in prep] == [
         ("act-prep-zeros", "zeros"), ("act-prep-random", "random")]
-    for r in prep:
+    for r in prep:  # act_prep covers the whole device, not just the span tested
         assert_fill_covers(out / r["file"], 64 * MIB)
     assert results["runs"][0]["role"] == "precondition"  # before the first try
     s = results["scores"]
@@ -237,6 +238,7 @@ def test_seed000_act_prepares_then_paces_evenly(loop_device, tmp_path):
         assert (c["length"][small] == 1536).all()  # 1.5 KiB records on a 512-byte device
         gaps = np.diff(np.sort(c["intended_ns"][small]))
         assert gaps.min() >= 1e9 / (2000 * multiple) - 2 and gaps.max() <= 1e9 / (2000 * multiple) + 2
+        assert (c["offset"] + c["length"]).max() <= 32 * MIB
         writes = c["op"] == schema.Op.WRITE
         assert (c["length"][writes] == 128 * KIB).all()
         assert writes.sum() == pytest.approx(1000 * multiple * 1536 / (128 * KIB) * 2 * 2, abs=2)

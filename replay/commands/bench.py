@@ -80,7 +80,7 @@ def bench(
     start: Annotated[int, typer.Option(help="act --search: the first, high multiple.")] = 150,
     step: Annotated[int, typer.Option(help="act --search: how far each failing run steps down.")] = 10,
     period: Annotated[Optional[float], typer.Option(help="act: seconds per scored period (default an hour, scaled); every whole period must meet the limits.")] = None,
-    no_prep: Annotated[bool, typer.Option("--no-prep", help="act: skip act_prep (zeros over the span, then random data) before the first run.")] = False,
+    no_prep: Annotated[bool, typer.Option("--no-prep", help="act: skip act_prep (zeros over the whole target, then random data) before the first run.")] = False,
     act_latency: Annotated[str, typer.Option("--act-latency", help="act: which ACT's latency is scored: intended (the queue-era ACT of seed 000: from the time a transaction was due, its queue wait included) or issue (ACT 6: device latency).")] = "intended",
     block_sizes: Annotated[Optional[str], typer.Option(help="pts: the IOPS test's block sizes, comma separated, including 4096 (default 512,4K,8K,16K,32K,64K,128K,1M).")] = None,
     no_fill: Annotated[bool, typer.Option("--no-fill", help="mix, seqmix, steady: skip the 128 KiB sequential fill (the drive is already in the state wanted).")] = False,
