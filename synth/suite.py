@@ -310,6 +310,9 @@ class Bench:
             if row["read_share"] == 0.7:
                 self.scores[f"iops_70_30_{key}"] = row["iops"]
                 self.scores[f"mb_per_s_70_30_{key}"] = row["mb_per_s"]
+        if len(rows) < len(SIX_SHARES):  # single points (seed 004's) are scores themselves
+            for row in rows:
+                self.scores[f"mb_per_s_r{_pct(row['read_share'])}_{key}"] = row["mb_per_s"]
         six = [r["mb_per_s"] for r in rows if r["read_share"] in SIX_SHARES]
         if len(six) == len(SIX_SHARES):  # seed 001's bar: the average of the six mixes
             self.scores[f"mb_per_s_average_{key}"] = sum(six) / len(six)
@@ -655,6 +658,9 @@ def format_results(results: dict) -> str:
                 lines.append(f"70/30 at {w} worker(s) x QD{q}{' ' + data if data else ''}: "
                              f"{value:,.0f} IOPS" + (" (the verdict's mix score)"
                                                      if key == VERDICT_MIX_KEY else ""))
+            elif key.startswith("mb_per_s_r"):
+                pct, sweep = key[len("mb_per_s_r"):].split("_", 1)
+                lines.append(f"{pct} % reads at {sweep}: {value:,.1f} MB/s")
             elif key.startswith("mb_per_s_average_"):
                 lines.append(f"average of the six mixes, {key[len('mb_per_s_average_'):]}: "
                              f"{value:,.1f} MB/s")

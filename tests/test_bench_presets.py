@@ -337,6 +337,10 @@ def test_seed004_iometer_order_data_and_8_gib_span(loop_device, tmp_path):
         top = max(top, int(c["offset"].max()))
         assert r["parameters"]["time_limit_s"] == pytest.approx(180 * 0.0003)
     assert top > 4 * GIB  # the whole 8 GiB span, not the 64 MiB beyond it
+    s = results["scores"]
+    for r, key in zip(runs, ["r0_1x3", "r0_1x3_compressible50", "r0_1x32",
+                             "r0_1x32_compressible50", "r100_1x3"]):
+        assert s[f"mb_per_s_{key}"] == r["summary"]["mb_per_s"]  # the review's average MB/s
 
 
 # ---- the reviews' pictures ---------------------------------------------------------------------
