@@ -92,7 +92,9 @@ def test_verdict_on_the_two_drive_pair(drive_pair, tmp_path):
     assert w["wait_ratio"] == pytest.approx(w["a"]["wait_ns"] / w["b"]["wait_ns"])
     assert w["p99_ratio"] == pytest.approx(w["a"]["p99_ns"] / w["b"]["p99_ns"])
     assert w["share"] == pytest.approx(math.log(w["wait_ratio"]) / math.log(syn["ratio"]))
-    assert w["answer"] in ("yes", "partly", "no")
+    # Which answer is the measurement too (a stall can make the slow drive's run wait less:
+    # "reversed"); test_every_threshold_gives_its_hand_computed_answer pins the answers.
+    assert w["answer"] in ("yes", "partly", "no", "reversed")
     assert w["a"]["rows"] == w["b"]["rows"] == 1000
     assert "fast is" in w["sentence"] and "on oltp" in w["sentence"]
     table = replay_cli(*_args({"a": (tmp_path / "slow-mix.parquet", tmp_path / "slow"),
