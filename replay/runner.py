@@ -746,10 +746,10 @@ def recover(journal, output=None) -> tuple[Path, int]:
     The rows are the journal's up to its last complete batch; the summary is computed from
     them."""
     journal = Path(journal)
-    _, metadata, batches = read_journal(journal)
-    if journal_in_use(journal):
+    if journal.is_file() and journal_in_use(journal):
         raise ReplayError(f"{journal} is still being written by a running replay, which makes "
                           "its results file when it ends; stop it first to recover its rows now")
+    _, metadata, batches = read_journal(journal)
     if metadata.get("kind") != "results":
         raise ReplayError(f"{journal} is not the journal of a replay run's results")
     name = journal.name.removesuffix(".partial")

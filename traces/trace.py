@@ -389,6 +389,9 @@ class TraceWriter:
         self._journal = pa.ipc.new_stream(
             self._sink, journal_schema,
             options=pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False))
+        # The stream's schema (with the metadata) goes out with its first batch: an empty one
+        # now, so that a run killed before any row is done still leaves a journal to read.
+        self._journal.write_batch(pa.RecordBatch.from_pylist([], schema=self._schema))
         self._sink_fd = os.open(self._tmp, os.O_RDONLY)  # for fsync; OSFile has no fileno
         # Held while the journal is written (the kernel drops it with the process, however
         # it dies): `journal_in_use` tells a live journal from a killed run's.
@@ -604,7 +607,8 @@ def convert_journal(journal, path, extra_metadata=None, compression="lz4", group
     out = TraceWriter(path, columns, metadata, compression=compression, group_rows=group_rows)
     try:
         for batch in own if batches is None else batches:
-            out._append(pa.Table.from_batches([batch]).cast(out._schema))
+            if batch.num_rows:
+                out._append(pa.Table.from_batches([batch]).cast(out._schema))
         return out.close((extra_metadata() if callable(extra_metadata) else extra_metadata) or {})
     except BaseException:
         out.abort()
