@@ -290,3 +290,26 @@ def test_disksim_and_blkreplay_rows_import_as_written(tmp_path_factory, rows):
         assert cols["offset"].tolist() == [r[1] * 512 for r in rows]
         assert cols["length"].tolist() == [r[2] * 512 for r in rows]
         assert cols["op"].tolist() == [R if r[3] else W for r in rows]
+
+
+@pytest.mark.parametrize("kind", ["gz", "xz", "zst"])
+def test_truncated_compressed_csv_names_the_line_and_says_truncated(tmp_path, kind):
+    import lzma
+
+    import zstandard
+
+    text = "".join(f"{128166372000000000 + 10 * i},hm,0,Read,{i * 4096},4096,5\n" for i in range(50000)).encode()
+    pack, unpack = {
+        "gz": (gzip.compress, lambda d: zlib.decompressobj(31).decompress(d)),
+        "xz": (lzma.compress, lambda d: lzma.LZMADecompressor().decompress(d)),
+        "zst": (lambda d: zstandard.ZstdCompressor(write_content_size=False).compress(d),
+                lambda d: zstandard.ZstdDecompressor().decompressobj().decompress(d)),
+    }[kind]
+    cut = pack(text)[: len(pack(text)) // 2]
+    path = tmp_path / f"hm_0.csv.{kind}"
+    path.write_bytes(cut)
+    stop = unpack(cut).count(b"\n") + 1
+    with pytest.raises(TraceFormatError, match=rf"{path}: line {stop}: the \w+ data stops here, at the end "
+                                               rf"of the {len(cut)}-byte file.*truncated"):
+        import_trace([path], tmp_path / "out.parquet", "msr")
+    assert not (tmp_path / "out.parquet").exists()

@@ -80,10 +80,43 @@ def open_text(path, meter=None, buffered=True) -> io.BufferedIOBase:
     if kind == "xz":
         return wrap(lzma.LZMAFile(raw, "rb"))
     if kind == "zstd":
+        return wrap(_Zstd(raw))
+    return raw
+
+
+class _Zstd(io.RawIOBase):
+    """A zstd stream, frame after frame. zstandard's stream_reader ends quietly where a cut
+    file ends; this one raises EOFError there, as gzip and lzma do, so a cut is named."""
+
+    def __init__(self, raw):
         import zstandard
 
-        return wrap(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
-    return raw
+        self._raw, self._new = raw, zstandard.ZstdDecompressor().decompressobj
+        self._frame, self._out, self._input_left = self._new(), b"", b""
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        while not self._out:
+            data = self._input_left or self._raw.read(1 << 17)
+            self._input_left = b""
+            if not data:
+                if self._frame is not None:
+                    raise EOFError("zstd data ends inside a frame")
+                return 0
+            if self._frame is None:
+                self._frame = self._new()
+            self._out = self._frame.decompress(data)
+            if self._frame.eof:
+                self._input_left, self._frame = self._frame.unused_data, None
+        n = min(len(buffer), len(self._out))
+        buffer[:n], self._out = self._out[:n], self._out[n:]
+        return n
+
+    def close(self):
+        self._raw.close()
+        super().close()
 
 
 def _read_errors():
@@ -104,18 +137,27 @@ def iter_lines(path, skip_rows=0):
     """(line number, bytes without the newline) for every non-empty line after `skip_rows`.
 
     A Python loop per line: only for error paths and small headers, never the bulk read.
+    The lines before a read error come out before it (a header is read from a cut file).
     """
-    number = 0
+    number, carry = 0, b""
     try:
-        with open_text(path) as f:
-            for number, line in enumerate(f, 1):
-                if number <= skip_rows:
-                    continue
-                line = line.rstrip(b"\r\n")
-                if line:
-                    yield number, line
+        f = open_text(path, buffered=False)
     except READ_ERRORS as e:
-        raise read_error(path, number + 1, e) from None
+        raise read_error(path, 1, e) from None
+    with f:
+        while True:
+            data, error = read_block(f, 1 << 16)
+            lines = (carry + data).split(b"\n")
+            carry = lines.pop() if data or error else b""
+            for line in lines:
+                number += 1
+                line = line.rstrip(b"\r")
+                if number > skip_rows and line:
+                    yield number, line
+            if error is not None:
+                raise read_error(path, number + 1, error)
+            if not data:
+                return
 
 
 def read_error(path, line, exc) -> TraceFormatError:
