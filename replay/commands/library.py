@@ -268,7 +268,8 @@ def verify(
     name: Annotated[str, typer.Argument(help="Trace file, or the name of a bundled trace (for example: demo).")],
 ):
     """Check a trace's schema, every row's invariants (non-decreasing ts_ns, known op codes,
-    non-negative offsets, only flushes empty, I/Os within device_size) and its metadata.
+    non-negative offsets, only flushes empty, I/Os within device_size, no gap of more than 90
+    days before an I/O: a damaged timestamp) and its metadata.
 
     Exit code 0 when the trace is valid, 1 when it is not (the first problem is printed).
     Example: replay traces verify capture.parquet
