@@ -313,3 +313,14 @@ def test_truncated_compressed_csv_names_the_line_and_says_truncated(tmp_path, ki
                                                rf"of the {len(cut)}-byte file.*truncated"):
         import_trace([path], tmp_path / "out.parquet", "msr")
     assert not (tmp_path / "out.parquet").exists()
+
+
+def test_drop_outliers_keeps_the_wallclock_of_the_first_kept_record(tmp_path):
+    path = tmp_path / "hm_0.csv"
+    path.write_text("100000000000000000,hm,0,Read,0,4096,10\n128166372000010000,hm,0,Write,4096,4096,20\n"
+                    "128166372000020000,hm,0,Read,8192,8192,30\n")
+    out, rows = import_trace([path], tmp_path / "o.parquet", "msr", {"drop_outliers": True})
+    cols, meta = read_trace(out)
+    assert cols["ts_ns"].tolist() == [0, 1_000_000]
+    # FILETIME 128166372000010000 = 12816637200.001 s since 1601 = 1172163600.001 s since 1970.
+    assert meta["start_wallclock"] == "2007-02-22T17:00:00.001000+00:00"

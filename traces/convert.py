@@ -5,6 +5,7 @@ located to a line by a slow rescan, only on the error path), per-file ordering w
 optional reorder window, and a bounded-memory merge of several time-ordered inputs.
 """
 import contextlib
+import datetime
 import gc
 import gzip
 import io
@@ -709,6 +710,9 @@ def import_trace(paths, output, fmt=None, options=None, command=None, progress=N
         shift = int(first["ts_ns"][0])
         if shift:
             source["time_shift_ns"] = -shift
+            if metadata.get("start_wallclock"):
+                start = datetime.datetime.fromisoformat(metadata["start_wallclock"])
+                metadata["start_wallclock"] = (start + datetime.timedelta(microseconds=shift / 1000)).isoformat()
     # A format may say which columns it would have made, for an input without records.
     declared = metadata.pop("columns", None) or REQUIRED
     names = [n for n in _ORDER if n in (first if first is not None else declared)]
