@@ -171,6 +171,8 @@ class Bench:
         if o.fill_bytes is not None and not 0 < o.fill_bytes <= self.target.size:
             raise BenchError(f"--fill must be between 1 byte and the target's "
                              f"{self.target.size} bytes, not {o.fill_bytes}")
+        if isinstance(o.data, str):
+            o.data = tuple(o.data.split(","))
         for pattern in o.data:
             if not re.fullmatch(DATA_PATTERN, pattern):
                 raise BenchError(f"--data {pattern!r} is not a data pattern: use random, zeros "
