@@ -92,7 +92,7 @@ def latency_cdf(panels: dict[str, dict[str, dict[str, tuple[np.ndarray, np.ndarr
         axes[-2][1].xaxis.set_tick_params(labelbottom=True)
     handles = [Line2D([], [], color=colour[t], linewidth=2, label=t) for t in targets]
     handles += [Line2D([], [], color="#444", linestyle=style[op], label=op) for op in ops]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6),
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 8),
                fontsize="small", frameon=False)
     return fig
 
