@@ -324,3 +324,17 @@ def test_drop_outliers_keeps_the_wallclock_of_the_first_kept_record(tmp_path):
     assert cols["ts_ns"].tolist() == [0, 1_000_000]
     # FILETIME 128166372000010000 = 12816637200.001 s since 1601 = 1172163600.001 s since 1970.
     assert meta["start_wallclock"] == "2007-02-22T17:00:00.001000+00:00"
+
+
+@pytest.mark.parametrize("name,fmt", [
+    ("blkparse-barriers-2.6.32.txt", "blkparse"), ("blkparse-live-interleaved-cpus.txt", "blkparse"),
+    ("Financial1-optional-fields.spc", "umass"), ("disksim-ms.trace", "disksim"), ("mqsim-ns.trace", "disksim"),
+    ("webserver.load", "blkreplay"), ("hm_0-glitched-record.csv", "msr")])
+def test_each_shape_is_recognised_as_its_format_and_no_other(name, fmt):
+    from traces import formats
+    from traces.convert import sniff
+    from traces.formats.inputs import read_head
+
+    assert sniff(WILD / name) == fmt
+    head = read_head(WILD / name)
+    assert [n for n in formats.NAMES if formats.get(n).sniff(WILD / name, head)] == [fmt]
