@@ -303,16 +303,16 @@ class Bench:
                                        time_limit_s=point_s, data=data)
                 rows.append(_table_row(name, share, qd, workers, outcome.summary, data))
                 table.append(rows[-1])
-                self._sweep_scores(key, rows)
+                self._sweep_scores(key, rows, len(shares))
 
-    def _sweep_scores(self, key, rows):
+    def _sweep_scores(self, key, rows, planned=None):
         """Score keys name the split (and a data pattern other than random): iops_70_30_1x32
         is one worker at QD32, iops_70_30_32x1 32 workers at QD1 (seed 000's "QD32")."""
         for row in rows:
             if row["read_share"] == 0.7:
                 self.scores[f"iops_70_30_{key}"] = row["iops"]
                 self.scores[f"mb_per_s_70_30_{key}"] = row["mb_per_s"]
-        if len(rows) < len(SIX_SHARES):  # single points (seed 004's) are scores themselves
+        if (planned or len(rows)) < len(SIX_SHARES):  # single points (seed 004's) are scores
             for row in rows:
                 self.scores[f"mb_per_s_r{_pct(row['read_share'])}_{key}"] = row["mb_per_s"]
         six = [r["mb_per_s"] for r in rows if r["read_share"] in SIX_SHARES]

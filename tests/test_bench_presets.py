@@ -138,6 +138,7 @@ def test_seed001_mix_on_the_null_engine_is_qd3_over_16_gib(tmp_path):
     mbps = [run["summary"]["mb_per_s"] for run in rest]
     assert s["mb_per_s_average_1x3"] == pytest.approx(sum(mbps) / 6)
     assert not any(k.startswith("iops_70_30") for k in s)  # seed 001 ran no 70/30 point
+    assert not any(k.startswith("mb_per_s_r") for k in s)  # a sweep, not single points
 
 
 @marks(uring, on_loop)
