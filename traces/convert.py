@@ -772,8 +772,8 @@ def _check_gaps(paths, part, row0, last_ts) -> None:
                  if row0 + i else f"the first I/O comes {span_text(gaps[i])} after the trace's start")
         raise TraceFormatError(", ".join(map(str, paths)), f"{where} (more than "
                                f"{span_text(MAX_GAP_NS)}): a damaged timestamp, not a pause; "
-                               "--drop-outliers leaves out lone records that far from their "
-                               "neighbours, other damage must be cut out of the input")
+                               "cut the damaged records out of the input (--drop-outliers does "
+                               "that for lone records of the text formats)")
 
 
 @contextlib.contextmanager
