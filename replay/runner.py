@@ -4,6 +4,7 @@ results stream out to a Parquet file and a summary. Python prepares, Rust runs.
 import errno
 import functools
 import gc
+import glob
 import math
 import os
 import platform
@@ -636,6 +637,7 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
             rep.stop()
         raise ReplayError(f"cannot write the results in {output.parent or '.'} ({e.strerror or e}); "
                           "nothing was replayed") from None
+    _notice_journals(output, writer.tmp_path, notices)
     summary = RunSummary()
     merger = _Merger(reps, writer, summary, consumers)
     aligned = 0
@@ -723,6 +725,14 @@ def _check_room(output: Path, rows) -> None:
             f"the results of {rows:,} I/Os need up to {remap.human_bytes(needed)} ({needed} bytes) "
             f"but {directory} has {remap.human_bytes(free)} ({free} bytes) free; free some space "
             "or give -o on a larger filesystem")
+
+
+def _notice_journals(output: Path, ours: Path, notices) -> None:
+    """Say so when an earlier run into the same file left a journal that no run writes."""
+    for journal in sorted(output.parent.glob(f"{glob.escape(output.name)}.*.partial")):
+        if journal != ours and journal.stat().st_size and not journal_in_use(journal):
+            notices.append(f"{journal} is the journal of an earlier run that did not finish: "
+                           f"`replay recover {journal} -o FILE` makes its results file")
 
 
 def _close_results(writer, merger, metadata: dict, cause=None) -> Path:

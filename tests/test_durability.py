@@ -160,6 +160,11 @@ def test_a_killed_run_leaves_a_journal_that_recovers_the_rows_done(tmp_path):
         ran = time.monotonic() - started
     [partial] = journal(out)
     assert not out.exists()
+    # The next run into the same file points at it.
+    small = make_trace(tmp_path / "small.parquet", 10, 1000)
+    again = replay_cli("run", small, "--engine", "null", "-o", out, cwd=tmp_path)
+    assert again.returncode == 0 and f"replay recover {partial}" in one_line(again.stderr, "note:")
+    out.unlink()
     done = replay_cli("recover", partial, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert str(out) in done.stdout and not os.path.exists(partial)
