@@ -3,10 +3,12 @@ then 50k and 100k) replayed at original timing on a direct-I/O loop device, by u
 read_iolog (the trace exported as a fio v3 iolog, timestamps in microseconds).
 
 How to read it. Ours: issue error = issue_ns - intended_ns per I/O, from the results file
-(p50, p99, p99.9, max, share within 25 us); duration error = (last issue - first issue) /
-(last ts - first ts) - 1. fio: duration error from its job runtime, and per-I/O issue error
-reconstructed from its latency log (completion time - latency; the log's times are whole
-milliseconds, so fio's per-I/O figures are only good to about +-1 ms). Goals: p99 issue error
+(p50, p99, p99.9, max, share within 25 us), where issue_ns is when the io_uring_enter that
+submitted the I/O returned: the error includes the submission syscall (on a direct-I/O loop
+device, some us). duration error = (last issue - first issue) / (last ts - first ts) - 1.
+fio: duration error from its job runtime, and per-I/O issue error reconstructed from its
+latency log (completion time - total latency, i.e. from before its submission; the log's
+times are whole milliseconds, so fio's per-I/O figures are only good to about +-1 ms). Goals: p99 issue error
 <= 25 us, duration error <= 0.1 %. A row where the device cannot keep up with the rate (the
 loop device tops out near 50-65k IOPS here) measures the device, not the replayer: see the
 "late share" and the IOPS columns.

@@ -60,6 +60,8 @@ pub struct Replayer {
     start: Arc<AtomicI64>,
     thread: Option<JoinHandle<RunOutcome>>,
     next_base: u64,
+    /// A chunk has gone to the engine thread (which then fixes the start).
+    pushed: bool,
     max_length: usize,
 }
 
@@ -150,7 +152,7 @@ impl Replayer {
                 summary
             })
             .map_err(|e| os_error("cannot start the engine thread", e))?;
-        Ok(Self { input: Some(in_tx), output: Mutex::new(out_rx), stop, start, thread: Some(thread), next_base: 0, max_length })
+        Ok(Self { input: Some(in_tx), output: Mutex::new(out_rx), stop, start, thread: Some(thread), next_base: 0, pushed: false, max_length })
     }
 
     /// Set the run's start, `start_ns` on the monotonic clock (time.monotonic_ns()): the
@@ -158,7 +160,7 @@ impl Replayer {
     /// before the first `push`; it replaces the constructor's `start_ns`. Several workers
     /// built one after another call it with one common instant, so they start together.
     fn start_at(&self, start_ns: i64) -> PyResult<()> {
-        if self.next_base > 0 {
+        if self.pushed {
             return Err(PyRuntimeError::new_err("start_at after the first push: the run has started"));
         }
         if start_ns == START_UNSET {
@@ -213,6 +215,7 @@ impl Replayer {
             }
         }
         self.next_base += n as u64;
+        self.pushed = true;
         Ok(())
     }
 

@@ -1,0 +1,110 @@
+"""Type stubs for `replay._engine`, the Rust engine (engine/src/python.rs).
+
+A `Replayer` owns one engine thread that replays one target. Build every worker's Replayer,
+optionally give them one start instant (`start_at`), `push` trace chunks, `take` result
+chunks as they finish, then `close` and `join`. `stop` ends a run early.
+"""
+from typing import Literal, TypedDict, final
+
+import numpy as np
+import numpy.typing as npt
+
+EngineName = Literal["io_uring", "psync", "null"]
+
+class EngineSetupError(OSError):
+    """The I/O engine itself could not start (the target opened fine): an OSError with errno,
+    e.g. EPERM where a seccomp profile refuses io_uring."""
+
+class Summary(TypedDict):
+    """What `Replayer.join` returns."""
+
+    start_monotonic_ns: int  # the run's start (time 0 of every time in the results)
+    rows_issued: int
+    interrupted: bool  # stopped before every pushed row was issued
+    cpu_ns: int  # CPU time of the engine thread (not psync's I/O threads or io_uring's workers)
+
+# (intended_ns, issue_ns, complete_ns, result, issued), one entry per row pushed in the chunk.
+# Times are ns since the run's start on the monotonic clock:
+# - intended_ns: when the row was due (ts_ns / speed; in afap, when it was queued);
+# - issue_ns: when the I/O entered the kernel (psync: right before its I/O thread called
+#   pread/pwrite/ioctl/fallocate/fdatasync; io_uring: when the io_uring_enter that submitted it
+#   returned; null: when it was "submitted");
+# - complete_ns: when the engine saw its completion;
+# - result: bytes transferred (a discard: the bytes it covered; a flush: 0), or -errno.
+# Rows at and after `issued` were never issued (a stopped run) and hold -1.
+ChunkResult = tuple[
+    npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], int
+]
+
+@final
+class Replayer:
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        engine: EngineName = "io_uring",
+        afap: bool = False,
+        speed: float = 1.0,
+        depth: int = 256,
+        writable: bool = False,
+        direct: bool = True,
+        is_block: bool = False,
+        sync_driver: bool = False,
+        max_length: int = 1 << 20,
+        data: str = "random",
+        queue_chunks: int = 4,
+        start_ns: int | None = None,
+    ) -> None:
+        """Open `target` (None for the null engine) and start the engine thread.
+
+        engine: "io_uring", "psync" (threads doing pread/pwrite) or "null" (no device).
+        afap: as fast as possible with `depth` in flight; else each row is due at
+        start + ts_ns / speed. depth: 1 to 32768 I/Os in flight. writable: open for writing;
+        a block device (is_block) is then opened O_EXCL, so a mounted or claimed one is
+        refused with EBUSY; read-only it takes no claim and runs on a mounted disk.
+        direct: O_DIRECT. sync_driver: a block device whose driver runs each I/O on the
+        submitting CPU (zram, brd): psync then uses one thread per CPU. max_length: the
+        longest read or write that will be pushed, at most 2147479552 bytes (the most one
+        read or write transfers); it sizes the buffers, and discards and flushes need none.
+        data: what writes carry: "random", "zeros" or "compressible:PCT". queue_chunks: the
+        chunks pushed but not yet started that `push` lets wait. start_ns: the run's start on
+        the monotonic clock (see `start_at`).
+
+        Raises ValueError for a bad argument, OSError (errno set) when the target cannot be
+        opened, EngineSetupError when the engine cannot start.
+        """
+    def start_at(self, start_ns: int) -> None:
+        """Set the run's start to `start_ns` on the monotonic clock (time.monotonic_ns()):
+        deadlines count from it and nothing is issued before it. Replaces the constructor's
+        `start_ns`; without either, the run starts when the first chunk reaches the engine.
+
+        Call it on every worker once all engines are built and before the first push, with
+        one instant for all, so workers start together. Raises RuntimeError after a push.
+        """
+    def push(
+        self,
+        ts_ns: npt.NDArray[np.int64],
+        op: npt.NDArray[np.uint8],
+        offset: npt.NDArray[np.int64],
+        length: npt.NDArray[np.int64],
+        flags: npt.NDArray[np.uint8] | None = None,
+    ) -> None:
+        """Hand the engine the next rows (contiguous 1-D arrays of one length). Blocks,
+        without the GIL, while `queue_chunks` chunks wait; Ctrl-C raises KeyboardInterrupt.
+
+        Every row is checked first. ValueError, naming the row by its index among all rows
+        pushed, for: an op other than 0 read, 1 write, 2 discard, 3 flush; a negative offset
+        or length; offset + length past 2**63 - 1; a read or write longer than `max_length`.
+        Nothing of a refused chunk is queued. Returns quietly if the run has already ended
+        (`join` says why).
+        """
+    def take(self, block: bool = True) -> ChunkResult | None:
+        """The next finished chunk, in push order; None when nothing is ready (block=False)
+        or the run is over."""
+    def close(self) -> None:
+        """No more chunks: the run ends when everything pushed has completed."""
+    def stop(self) -> None:
+        """End the run now: nothing more is issued; in-flight I/Os are reaped."""
+    def join(self) -> Summary:
+        """Wait for the engine thread (without the GIL) and return its summary, or raise the
+        OSError that ended it. Call after `close` or `stop`, once."""
