@@ -38,3 +38,19 @@ def test_the_readme_oltp_figures_come_from_trace_figures():
     assert said.group(2) == f"{f['written_bytes'] / 1e9:.2f}"
     assert said.group(3) == f"{f['distinct_written_bytes'] / 1e9:.2f}"
     assert f["written_bytes"] >= f["distinct_written_bytes"] > 0
+
+
+def test_afap_vs_fio_tries_psync_with_jobs_and_names_the_configuration():
+    """fio's best configuration on zram is psync with one job per CPU (issue 13): the
+    benchmark must keep trying it and name the peer beside every ratio."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        from afap_vs_fio import config_name, fio_args, fio_configs
+    finally:
+        sys.path.remove(str(BENCH))
+    assert fio_configs(32, 2) == [("io_uring", 1, 32), ("libaio", 1, 32), ("psync", 2, 1), ("io_uring", 2, 16)]
+    assert ("psync", 1, 1) in fio_configs(1, 2)
+    assert [config_name(c) for c in fio_configs(32, 2)] == \
+        ["io_uring QD32", "libaio QD32", "psync x2 jobs", "io_uring 2 jobs x QD16"]
+    args = fio_args("/dev/zram0", "randread", ("psync", 2, 1), 1000, 1 << 30)
+    assert {"--ioengine=psync", "--numjobs=2", "--iodepth=1", f"--io_size={500 * 4096}"} <= set(args)
