@@ -37,6 +37,8 @@ def load(path) -> "Results | ResultsSet":
             f"{path}: no such file or directory; give a results file written by `replay run` "
             "or a directory written by `replay bench`"
         )
+    if path.is_dir() and (path / "cluster.json").is_file() and (path / "run.parquet").is_file():
+        return Results(path / "run.parquet")  # `replay run --plan`: every host's rows, one run
     if path.is_dir() or path.name == SET_FILE:
         return ResultsSet(path.parent if path.name == SET_FILE and path.is_file() else path)
     return Results(path)

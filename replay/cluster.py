@@ -136,7 +136,8 @@ def _ray_each(fn, items, address):
     pending = list(refs)
     try:
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
+            # Short waits: Ctrl-C reaches Python only between them (ray.wait blocks in C++).
+            ready, pending = ray.wait(pending, num_returns=1, timeout=0.2)
             for ref in ready:
                 i = refs[ref]
                 try:

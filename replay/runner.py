@@ -56,6 +56,9 @@ class RunOptions:
     # Stop cleanly this many seconds after the start (not an interruption): how a closed-loop
     # generator with no end ("4 KiB random writes for an hour") is run. None: run to the end.
     time_limit_s: float | None = None
+    # The run's start on this host's monotonic clock (time.monotonic_ns()), for runs that
+    # must start together with others (replay.multihost); None: just after the first chunk.
+    start_ns: int | None = None
 
 
 # Bounds of the options, checked once at the front (`check_options`), each with its reason.
@@ -505,11 +508,11 @@ def _check_memory(workers: int, depth: int, max_length: int, available: int | No
 START_AHEAD_NS = 20_000_000
 
 
-def _start_together(reps) -> int:
-    """Give every worker one common start instant, a little ahead: their first I/Os are all
-    due from then on, so building and feeding the workers one after another is not recorded
-    as lateness. Returns that instant (monotonic ns)."""
-    start_ns = time.monotonic_ns() + START_AHEAD_NS
+def _start_together(reps, at: int | None = None) -> int:
+    """Give every worker one common start instant, a little ahead (or `at`): their first I/Os
+    are all due from then on, so building and feeding the workers one after another is not
+    recorded as lateness. Returns that instant (monotonic ns)."""
+    start_ns = time.monotonic_ns() + START_AHEAD_NS if at is None else at
     for rep in reps:
         rep.start_at(start_ns)
     return start_ns
@@ -657,7 +660,7 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
                 aligned += n
                 deadline.start()
                 if not ticker.running:
-                    ticker.start(_start_together(reps))
+                    ticker.start(_start_together(reps, options.start_ns))
                 deadline.wait(merger.push, chunk)
                 merger.collect(block=False)
             for rep in reps:

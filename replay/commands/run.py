@@ -96,6 +96,8 @@ def run(
     destroy_data: Annotated[bool, typer.Option("--destroy-data", help="Write to a block device or disk image even though it looks in use (partitioned, holding a filesystem, behind a loop device). Its data WILL be destroyed.")] = False,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results file (Parquet). Default: TRACE-TARGET-TIMESTAMP.parquet in the current directory.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON, with fio's key names, instead of a table.")] = False,
+    plan: Annotated[Optional[Path], typer.Option("--plan", help="Replay on several hosts of a Ray cluster (needs --cluster): a TOML or JSON file mapping the trace's device values, or shares of its rows, to (host, target) pairs; see the README. -o is then a new results directory.")] = None,
+    cluster: Annotated[Optional[str], typer.Option("--cluster", help="With --plan: the Ray cluster's address, HOST:PORT of its head (as `ray start --head` prints it).")] = None,
 ):
     """Replay TRACE on TARGET and record the intended, issue and completion time of every I/O.
 
@@ -110,6 +112,10 @@ def run(
     options = RunOptions(speed=speed, afap=afap, qd=qd, max_inflight=max_inflight, workers=workers,
                          engine=engine and engine.value, remap=remap.value, read_only=read_only,
                          dry_run=dry_run, data=data, destroy_data=destroy_data)
+    if plan is not None or cluster is not None:
+        from replay.commands.cluster import run_on_cluster
+
+        return run_on_cluster(trace, target, options, plan, cluster, output, json_out)
     progress = _Progress()
     notices = _Notes(progress)
     started = time.monotonic()
