@@ -31,7 +31,7 @@ import fcntl
 import json
 import os
 import secrets
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -328,8 +328,8 @@ class TraceWriter:
     keep a partial result, call `close({"interrupted": True})` before re-raising).
 
     With `journal_s` (replay results), the `.partial` is a journal instead: an Arrow IPC
-    stream that takes every `write` at once as an lz4 batch and is fsynced at most every
-    `journal_s` seconds, so a killed process loses no written row and a power cut at most
+    stream that takes every `write` at once as an lz4 batch and is fsynced every `journal_s`
+    seconds while rows come, so a killed process loses no written row and a power cut at most
     `journal_s` seconds of them. A Parquet file is unreadable without the footer written
     at its close; a stream reads up to its last complete batch (`read_journal`). `close`
     converts the journal into the Parquet file, in row groups of `group_rows`; if that
@@ -397,7 +397,21 @@ class TraceWriter:
         # it dies): `journal_in_use` tells a live journal from a killed run's.
         fcntl.flock(self._sink_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         _fsync_directory(self._tmp.parent)  # the journal's name survives a power cut too
-        self._synced = time.monotonic()
+        # fsync from a thread every journal_s while rows came: a write followed by a long
+        # idle stretch (a timed trace's quiet hour) is on the disk journal_s later too.
+        self._dirty = False
+        self._stop_sync = threading.Event()
+        self._syncer = threading.Thread(target=self._sync_loop, name="journal-fsync", daemon=True)
+        self._syncer.start()
+
+    def _sync_loop(self):
+        while not self._stop_sync.wait(self._journal_s):
+            if self._dirty:
+                self._dirty = False
+                try:
+                    os.fsync(self._sink_fd)
+                except OSError:
+                    pass  # a full disk shows in the next write or at close, in the main thread
 
     @property
     def tmp_path(self) -> Path:
@@ -443,9 +457,7 @@ class TraceWriter:
         if self._journal is not None:
             self._journal.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))
             self.rows += len(arrays[0])
-            if time.monotonic() - self._synced >= self._journal_s:
-                os.fsync(self._sink_fd)
-                self._synced = time.monotonic()
+            self._dirty = True
             return
         self._append(pa.Table.from_arrays(arrays, schema=self._schema))
 
@@ -515,6 +527,11 @@ class TraceWriter:
         return self._tmp
 
     def _close_quietly(self):
+        syncer = getattr(self, "_syncer", None)
+        if syncer is not None:
+            self._stop_sync.set()
+            syncer.join()  # before its fd is closed
+            self._syncer = None
         for close in (getattr(self._journal, "close", None), getattr(self._writer, "close", None),
                       getattr(getattr(self, "_sink", None), "close", None)):
             if close is not None:
