@@ -70,6 +70,7 @@ class Workload:
     share: float | None  # of the reference synthetic advantage, on a log scale
     answer: str  # "yes", "partly", "no", "reversed", "n/a"
     sentence: str
+    mode: str = ""  # the replays' timing: "afap", "causal" or "original"
 
     @property
     def primary_ratio(self) -> float:
@@ -120,7 +121,7 @@ class Verdict:
             name = w.name + (" *" if w.a.partial or w.b.partial else "")
             share = "-" if w.share is None else f"{w.share * 100:.0f}%"
             lines.append(
-                f"  {name:<14}{'afap' if w.closed_loop else 'timed':<8}{_secs(w.a.wait_ns):>10}"
+                f"  {name:<14}{_mode_label(w):<8}{_secs(w.a.wait_ns):>10}"
                 f"{_secs(w.b.wait_ns):>10}{_ratio(w.wait_ratio):>8}{_secs(w.a.p99_ns):>10}"
                 f"{_secs(w.b.p99_ns):>10}{_ratio(w.p99_ratio):>8}"
                 f"{_ratio(w.finish_ratio) if w.finish_ratio else '-':>8}{share:>7}  {w.answer}")
@@ -130,6 +131,16 @@ class Verdict:
             lines.append("* partial: an interrupted run; compared over the I/Os both runs did")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def _mode_label(w) -> str:
+    return "causal" if w.mode == "causal" else "afap" if w.closed_loop else "timed"
+
+
+def _runs_to_finish(results) -> bool:
+    """Closed-loop and causal replays run as the workload would: their time to finish counts.
+    Causal replays keep the application's own time between I/Os, so theirs is its run time."""
+    return results.closed_loop or results.run.get("mode") == "causal"
 
 
 def _num(x: float) -> str:
@@ -255,7 +266,7 @@ def real_use(results: Results, rows: int | None = None) -> RealUse:
     if hist.count == 0:
         raise VerdictError(f"{results.path}: no I/O of it was issued; run the replay again")
     partial = results.interrupted or (rows is not None and rows < results.rows)
-    finish = last - first if results.closed_loop and not partial else None
+    finish = last - first if _runs_to_finish(results) and not partial else None
     return RealUse(done, wait, int(hist.percentile(99.0)), finish, partial)
 
 
@@ -283,10 +294,20 @@ def _sentence(w: Workload, ref: Synthetic, a: str, b: str) -> str:
     real = w.primary_ratio if ref.ratio >= 1 else 1 / w.primary_ratio
     head = f"{fast} is {synth:.2f}x faster than {slow} on {ref.label}; on {w.name}"
     what = "finishes" if w.primary == "finish" else "waits on storage"
+    if w.mode == "causal" and w.primary == "finish":
+        # The application's own run time, predicted: say so, and which replay said it.
+        head, what = f"{fast} is {synth:.2f}x faster than {slow} on {ref.label}; {w.name}", "would finish"
+        tail = " (causal replay)"
+    else:
+        tail = ""
     if w.answer == "n/a":
         return f"{head} the comparison is undefined (no synthetic difference)."
     if abs(real - 1) <= NOISE:
-        return f"{head} it {what} within {NOISE:.0%} of the same time: the advantage does not show."
+        return f"{head} it {what} within {NOISE:.0%} of the same time{tail}: the advantage does not show."
+    if tail and real > 1:
+        return f"{head} {what} {real:.2f}x sooner on {fast}{tail}: {w.share:.0%} of the synthetic advantage."
+    if tail:
+        return f"{head} {what} {1 / real:.2f}x later on {fast}{tail}: the advantage is reversed."
     if real > 1:
         verb = f"{real:.2f}x sooner" if w.primary == "finish" else f"{real:.2f}x less"
         return f"{head} it {what} {verb}: {w.share:.0%} of the synthetic advantage."
@@ -295,6 +316,10 @@ def _sentence(w: Workload, ref: Synthetic, a: str, b: str) -> str:
 
 
 def compare_workload(ra: Results, rb: Results, ref: Synthetic, labels) -> Workload:
+    if ra.run.get("mode") == "causal" or rb.run.get("mode") == "causal":
+        if ra.run.get("mode") != rb.run.get("mode"):
+            raise VerdictError(f"{ra.path} and {rb.path}: trace {ra.name!r} was replayed with causal "
+                               "timing on one target only; replay both with --timing causal")
     if ra.closed_loop != rb.closed_loop:
         raise VerdictError(f"{ra.path} and {rb.path}: trace {ra.name!r} was replayed "
                            f"{'closed-loop' if ra.closed_loop else 'with its timing'} on A and "
@@ -318,7 +343,7 @@ def compare_workload(ra: Results, rb: Results, ref: Synthetic, labels) -> Worklo
     real = finish_ratio if primary == "finish" else wait_ratio
     share = _log_share(real, ref.ratio)
     w = Workload(ra.name, ra.closed_loop, ua, ub, wait_ratio, p99_ratio, finish_ratio, primary,
-                 share, _answer(real, share), "")
+                 share, _answer(real, share), "", ra.run.get("mode") or "original")
     w.sentence = _sentence(w, ref, *labels)
     return w
 
