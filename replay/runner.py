@@ -1,6 +1,7 @@
 """Running a replay: the trace streams in by chunks, the native engine issues them, and the
 results stream out to a Parquet file and a summary. Python prepares, Rust runs.
 """
+import contextlib
 import errno
 import functools
 import gc
@@ -8,6 +9,7 @@ import glob
 import math
 import os
 import platform
+import _thread
 import signal
 import threading
 import time
@@ -328,7 +330,13 @@ class _Ticker:
 
     def _loop(self):
         while True:
-            self.tick()
+            try:
+                self.tick()
+            except KeyboardInterrupt:
+                # A callback that interrupts (as a UI's cancel button may) stops the run as
+                # Ctrl-C does: the main thread gets the SIGINT it would have had.
+                _thread.interrupt_main(signal.SIGINT)
+                return
             if self._stop.wait(PROGRESS_S):
                 return
 
@@ -358,7 +366,8 @@ class _Ticker:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-            self.tick()
+            with contextlib.suppress(KeyboardInterrupt):  # the run is over: nothing to stop
+                self.tick()
 
 
 class _TimeUp(Exception):
