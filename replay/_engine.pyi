@@ -54,6 +54,9 @@ class Replayer:
         data: str = "random",
         queue_chunks: int = 4,
         start_ns: int | None = None,
+        causal: bool = False,
+        think_scale: float = 1.0,
+        service_ns: int = 0,
     ) -> None:
         """Open `target` (None for the null engine) and start the engine thread.
 
@@ -68,7 +71,10 @@ class Replayer:
         read or write transfers); it sizes the buffers, and discards and flushes need none.
         data: what writes carry: "random", "zeros" or "compressible:PCT". queue_chunks: the
         chunks pushed but not yet started that `push` lets wait. start_ns: the run's start on
-        the monotonic clock (see `start_at`).
+        the monotonic clock (see `start_at`). causal: causal timing: each row is due when its
+        parents (given to `push`) have completed, plus its think time times think_scale; a
+        row without parents at start + ts_ns / speed. service_ns: with the null engine, each
+        I/O completes exactly this long after its submission (0: at once).
 
         Raises ValueError for a bad argument, OSError (errno set) when the target cannot be
         opened, EngineSetupError when the engine cannot start.
@@ -88,6 +94,9 @@ class Replayer:
         offset: npt.NDArray[np.int64],
         length: npt.NDArray[np.int64],
         flags: npt.NDArray[np.uint8] | None = None,
+        parent: npt.NDArray[np.uint32] | None = None,
+        parent2: npt.NDArray[np.uint32] | None = None,
+        think_ns: npt.NDArray[np.int64] | None = None,
     ) -> None:
         """Hand the engine the next rows (contiguous 1-D arrays of one length). Blocks,
         without the GIL, while `queue_chunks` chunks wait; Ctrl-C raises KeyboardInterrupt.
@@ -95,6 +104,8 @@ class Replayer:
         Every row is checked first. ValueError, naming the row by its index among all rows
         pushed, for: an op other than 0 read, 1 write, 2 discard, 3 flush; a negative offset
         or length; offset + length past 2**63 - 1; a read or write longer than `max_length`.
+        With causal timing, `parent` and `parent2` (rows back to each row's parents, 0 for
+        none, at most 131,071) and `think_ns` (>= 0) are required; without, refused.
         Nothing of a refused chunk is queued. Returns quietly if the run has already ended
         (`join` says why).
         """

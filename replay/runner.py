@@ -45,6 +45,11 @@ class RunOptions:
 
     speed: float = 1.0
     afap: bool = False
+    # Causal timing (analysis.causal): each I/O when the I/Os it waited for in the capture have
+    # completed on the target, plus its think time times `think_scale`; `heuristic` infers them.
+    causal: bool = False
+    think_scale: float = 1.0
+    heuristic: str = "chains"
     qd: int = 32
     max_inflight: int = 1024
     workers: int = 1
@@ -103,6 +108,27 @@ def check_options(options: RunOptions) -> None:
         raise ReplayError(f"the time limit must be a positive number of seconds, not {o.time_limit_s}")
     if not (isinstance(o.chunk_rows, int) and o.chunk_rows >= 1):
         raise ReplayError(f"chunk_rows must be a positive number of rows, not {o.chunk_rows}")
+
+
+def check_causal(source, options: RunOptions) -> None:
+    """Raise ReplayError when causal timing cannot replay `source` as asked."""
+    from analysis import causal
+
+    if options.afap:
+        raise ReplayError("causal timing and --afap exclude each other: choose one timing")
+    if options.workers > 1:
+        raise ReplayError("causal timing runs on one worker (an I/O waits for I/Os another worker "
+                          "would issue): drop --workers")
+    if options.read_only:
+        raise ReplayError("causal timing replays every I/O: with --read-only, reads would wait for "
+                          "writes that are skipped")
+    if options.heuristic not in causal.HEURISTICS:
+        raise ReplayError(f"unknown heuristic {options.heuristic!r}: use one of {', '.join(causal.HEURISTICS)}")
+    if not (options.think_scale >= 0):
+        raise ReplayError(f"--think-scale must be a number >= 0, not {options.think_scale}")
+    if not isinstance(source, TraceSource):
+        raise ReplayError("causal timing needs a captured trace (with pid and latency_ns), not a generator")
+    causal.check_columns(source.path, source.column_names)
 
 
 def check_trace(source, options: RunOptions) -> None:
@@ -463,6 +489,7 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
                 writable=writable, direct=direct, is_block=target.kind == "block" and not reps,
                 sync_driver=target.sync_driver,
                 max_length=max_length, data=options.data,
+                **({"causal": True, "think_scale": options.think_scale} if options.causal else {}),
             ))
         except OSError as e:
             if reps:
@@ -576,6 +603,8 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
     notices = [] if notices is None else notices
     source = _source(trace)
     check_trace(source, options)
+    if options.causal:
+        check_causal(source, options)
     if output is not None and isinstance(source, TraceSource) and Path(output).exists() \
             and Path(output).samefile(source.path):
         raise ReplayError(f"the results path {output} is the trace being replayed: writing the "
@@ -626,7 +655,8 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
         "trace": source.describe(0),
         "target": asdict(tgt),
         "run": {
-            "engine": engine, "mode": "afap" if options.afap else "original",
+            "engine": engine, "mode": "afap" if options.afap else "causal" if options.causal else "original",
+            **({"think_scale": options.think_scale, "heuristic": options.heuristic} if options.causal else {}),
             "speed": options.speed, "qd": options.qd, "max_inflight": options.max_inflight,
             "workers": options.workers, "remap": mapping.mode, "read_only": options.read_only,
             "data": options.data, "direct": direct, "time_limit_s": options.time_limit_s,
@@ -658,9 +688,16 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     deadline = _Deadline(options.time_limit_s, stops)
     ticker = _Ticker(progress, merger, scan.rows, None if options.afap else options.speed)
     gc.disable()  # the run allocates few objects; collector passes only steal the engine's CPU
+    annotator = None
+    if options.causal:
+        from analysis.causal import Annotator
+
+        annotator = Annotator(options.heuristic)
     try:
         try:
             for chunk in _pieces(source.chunks(keep, options.chunk_rows), options, merger):
+                if annotator is not None:  # parents and think times, streaming in row order
+                    chunk["causal"] = annotator.add(chunk)
                 if options.read_only:
                     reads = chunk["op"] == Op.READ
                     chunk = {name: col[reads] for name, col in chunk.items()}
@@ -843,12 +880,18 @@ class _Merger:
 
     def push(self, chunk):
         n = len(self.reps)
+        deps = chunk.pop("causal", None)  # causal timing's columns go to the engine, not the results
         self.pending.append(chunk)
         for w, rep in enumerate(self.reps):
             part = {name: np.ascontiguousarray(chunk[name][w::n])
                     for name in ("ts_ns", "op", "offset", "length")}
             flags = np.ascontiguousarray(chunk["flags"][w::n]) if "flags" in chunk else None
-            rep.push(part["ts_ns"], part["op"], part["offset"], part["length"], flags)
+            if deps is None:
+                rep.push(part["ts_ns"], part["op"], part["offset"], part["length"], flags)
+            else:  # one worker: check_causal
+                rep.push(part["ts_ns"], part["op"], part["offset"], part["length"], flags,
+                         parent=deps["parent"].astype(np.uint32), parent2=deps["parent2"].astype(np.uint32),
+                         think_ns=deps["think_ns"])
 
     def collect(self, block: bool) -> bool:
         """Take what the workers have finished (with block, wait for each worker's next chunk

@@ -148,3 +148,178 @@ def test_blob_fixed_work_records_operations_and_latency(tmp_path):
     assert outcome["operations"] == 60 and sum(outcome["by_op"].values()) == 60
     assert outcome["ops_per_s"] > 0 and outcome["latency_ms"]["p99"] >= outcome["latency_ms"]["p50"] > 0
     assert outcome["elapsed_s"] >= outcome["store_elapsed_s"] > 0
+
+
+# -- causal replay: the engine issues each I/O when its parents completed, plus think ------
+
+
+def _replay_model(cols, service_ns, step=1 << 16, think_scale=1.0):
+    """Annotate `cols` and replay them in causal mode on the null engine with a fixed service
+    time, as the runner does; returns the annotation and the results columns."""
+    from replay import _engine
+
+    ann = causal.Annotator("chains")
+    rep = _engine.Replayer(None, engine="null", causal=True, think_scale=think_scale, service_ns=service_ns,
+                           depth=1024, max_length=4096)
+    deps = []
+    n = len(cols["ts_ns"])
+    for s in range(0, n, step):
+        part = {k: v[s:s + step] for k, v in cols.items()}
+        a = ann.add(part)
+        deps.append(a)
+        rep.push(part["ts_ns"], part["op"], part["offset"], part["length"], None,
+                 parent=a["parent"].astype(np.uint32), parent2=a["parent2"].astype(np.uint32),
+                 think_ns=a["think_ns"])
+    rep.close()
+    out = []
+    while (got := rep.take(True)) is not None:
+        out.append(got)
+    rep.join()
+    res = {k: np.concatenate([o[i] for o in out]) for i, k in enumerate(("intended_ns", "issue_ns", "complete_ns", "result"))}
+    return {k: np.concatenate([d[k] for d in deps]) for k in deps[0]}, res
+
+
+@settings(max_examples=25, deadline=None)
+@given(model, st.integers(1, 200), st.sampled_from([1.0, 0.5, 2.0]))
+def test_causal_replay_of_a_closed_loop_model_follows_its_dependencies_exactly(m, step, think_scale):
+    # The device of the model has one fixed latency, and the null engine that service time.
+    service = m["latency"][0]
+    cols, parent, think = closed_loop(
+        m["threads"], min(m["ios"], 15), think=lambda r: r.integers(0, m["think_max"] + 1),
+        latency=lambda r: service, seed=m["seed"])
+    ann, res = _replay_model(cols, service, step, think_scale)
+    rows = np.arange(len(parent))
+    chained = parent >= 0
+    # Every row ran, each took the service time, and went no earlier than its due time ...
+    assert (res["issue_ns"] >= 0).all() and (res["result"] == 4096).all()
+    np.testing.assert_array_equal(res["complete_ns"] - res["issue_ns"], service)
+    assert (res["issue_ns"] >= res["intended_ns"]).all()
+    # ... which is its captured time for a thread's first I/O, and for the others exactly its
+    # parent's completion on the target plus the model's think time, scaled.
+    np.testing.assert_array_equal(res["intended_ns"][~chained], cols["ts_ns"][~chained])
+    scaled = np.floor(think[chained] * think_scale + 0.5).astype(np.int64)  # Rust rounds half up
+    np.testing.assert_array_equal(res["intended_ns"][chained], res["complete_ns"][parent[chained]] + scaled)
+    np.testing.assert_array_equal(ann["parent"], np.where(chained, rows - parent, 0))
+
+
+def test_causal_replay_of_a_bundled_trace_keeps_every_row_and_records_the_mode(tmp_path):
+    out = tmp_path / "blob.parquet"
+    done = replay_cli("run", "blob", "--engine", "null", "--timing", "causal", "-o", out, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tf = open_trace(out)
+    assert tf.metadata["run"]["mode"] == "causal" and tf.metadata["run"]["heuristic"] == "chains"
+    from traces.trace import read_trace
+
+    cols, _ = read_trace(out)
+    from traces import library
+
+    assert len(cols["op"]) == open_trace(library.resolve("blob")).num_rows
+    assert (cols["issue_ns"] >= 0).all() and (cols["complete_ns"] >= cols["issue_ns"]).all()
+    # The blob store spends most of its time thinking: with no device time at all (the null
+    # engine) the replay still takes most of the captured span, and not more than it (+10 %).
+    span = cols["complete_ns"].max() - cols["issue_ns"].min()
+    captured = (cols["ts_ns"] + cols["latency_ns"]).max() - cols["ts_ns"].min()
+    assert 0.5 * captured < span < 1.1 * captured
+
+
+def test_causal_timing_refuses_a_trace_without_pid_or_latency_in_one_line(tmp_path):
+    done = replay_cli("run", "demo", "--engine", "null", "--timing", "causal", "-o", tmp_path / "x.parquet")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "needs the columns pid and latency_ns" in lines[0] and "replay capture" in lines[0]
+    assert not (tmp_path / "x.parquet").exists()
+
+
+@pytest.mark.parametrize("extra,said", [(["--afap"], "exclude each other"),
+                                        (["--workers", "2"], "one worker"),
+                                        (["--read-only"], "--read-only")])
+def test_causal_timing_refuses_options_it_cannot_honour(tmp_path, extra, said):
+    done = replay_cli("run", "blob", "--engine", "null", "--timing", "causal", *extra, "-o", tmp_path / "x.parquet")
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_in_a_causal_replay_keeps_every_completed_row(tmp_path):
+    import glob
+    import signal
+    import time
+
+    from tests.cli_process import replay_process, wait_for
+    from traces.trace import read_trace
+
+    out = tmp_path / "out.parquet"
+    with replay_process("run", "oltp", "--engine", "null", "--timing", "causal", "-o", out, cwd=tmp_path) as proc:
+        wait_for(proc, lambda: glob.glob(f"{out}.*.partial"), "the run's start")
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    tf = open_trace(out)
+    assert tf.metadata["interrupted"] is True
+    cols, _ = read_trace(out)
+    assert 0 < len(cols["op"]) < tf.metadata["trace"]["rows"]
+    assert (cols["issue_ns"] >= 0).all() and (cols["complete_ns"] >= cols["issue_ns"]).all()
+
+
+# -- the verdict speaks in application terms for causal replays ------------------------------
+
+MS = 1_000_000
+
+
+def _causal_results(path, name, device_ns, think_ns=MS, rows=1000, mode="causal"):
+    """A hand-made results file of one closed chain: each I/O issued `think_ns` after the
+    previous one completed, taking `device_ns`."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from traces.schema import METADATA_KEY
+
+    issue = np.arange(rows, dtype=np.int64) * (device_ns + think_ns)
+    columns = {"ts_ns": issue.copy(), "op": np.zeros(rows, np.uint8), "offset": np.arange(rows, dtype=np.int64) * 4096,
+               "length": np.full(rows, 4096, np.int64), "intended_ns": issue, "issue_ns": issue,
+               "complete_ns": issue + device_ns, "result": np.full(rows, 4096, np.int64)}
+    meta = {"schema_version": 1, "kind": "results", "name": name, "interrupted": False,
+            "run": {"mode": mode, "speed": 1.0, "qd": 1}, "trace": {"path": f"{name}.parquet", "rows": rows},
+            "target": {"path": str(path.parent)}}
+    pq.write_table(pa.table(columns).replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()}), path)
+    return path
+
+
+def _score_set(path, iops, run_file):
+    import json
+    import shutil
+
+    path.mkdir()
+    shutil.copy(run_file, path / "r70-qd32.parquet")
+    (path / "results.json").write_text(json.dumps({
+        "format": "tracereplay-results-set", "version": 1, "test": "mix", "target": {"path": path.name},
+        "interrupted": False, "options": {}, "scores": {"iops_70_30_32x1": iops},
+        "runs": [{"name": "r70-qd32", "file": "r70-qd32.parquet", "role": "measure", "parameters": {}}]}))
+    return path
+
+
+def test_the_verdict_gives_a_causal_replays_run_time_in_application_terms(tmp_path):
+    from analysis.verdict import VerdictError, verdict
+
+    for side in "ab":
+        (tmp_path / side).mkdir()
+    # 1,000 I/Os with 1 ms of the application's own time after each: 2 ms each on A, 0.5 ms on
+    # B, so the application would run 1000 x 2 + 999 x 1 = 2,999 ms on A and 1,499 ms on B.
+    _causal_results(tmp_path / "a" / "oltp.parquet", "oltp", 2 * MS)
+    _causal_results(tmp_path / "b" / "oltp.parquet", "oltp", MS // 2)
+    sa = _score_set(tmp_path / "mix-a", 1_000.0, tmp_path / "a" / "oltp.parquet")
+    sb = _score_set(tmp_path / "mix-b", 16_000.0, tmp_path / "b" / "oltp.parquet")
+    v = verdict([sa], [sb], [tmp_path / "a"], [tmp_path / "b"], "slow", "fast")
+    (w,) = v.workloads
+    assert (w.mode, w.primary) == ("causal", "finish")
+    assert (w.a.finish_ns, w.b.finish_ns) == (2_999 * MS, 1_499 * MS)
+    assert w.sentence == ("fast is 16.00x faster than slow on 70/30 QD32 (32 workers x QD1); oltp would "
+                          f"finish 2.00x sooner on fast (causal replay): {w.share:.0%} of the synthetic advantage.")
+    assert "  oltp          causal" in v.format_table()
+    # One side causal, the other not: refused, saying how to replay.
+    _causal_results(tmp_path / "b" / "oltp.parquet", "oltp", MS // 2, mode="original")
+    with pytest.raises(VerdictError, match="causal timing on one target only"):
+        verdict([sa], [sb], [tmp_path / "a"], [tmp_path / "b"])

@@ -2,6 +2,7 @@
 //! trait, a core loop that paces and accounts, and a thin Python module over it.
 
 pub mod backend;
+pub mod causal;
 pub mod clock;
 pub mod data;
 pub mod null;

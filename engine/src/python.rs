@@ -63,6 +63,8 @@ pub struct Replayer {
     /// A chunk has gone to the engine thread (which then fixes the start).
     pushed: bool,
     max_length: usize,
+    /// Causal timing: every chunk carries parents and think times.
+    causal: bool,
 }
 
 /// A block device opened for writing is opened O_EXCL: the kernel then refuses (EBUSY) one
@@ -82,11 +84,14 @@ impl Replayer {
     /// I/O on the submitting CPU (zram, brd), see `PsyncEngine::new`; max_length: the longest
     /// read or write to be pushed, in bytes (the buffers' size; discards and flushes carry
     /// no data); start_ns: the run's start on the monotonic clock, for runs that must share
-    /// one (see also `start_at`).
+    /// one (see also `start_at`). causal: causal timing (every `push` then gives each row's
+    /// parents and think time), with think times multiplied by think_scale; service_ns: the
+    /// null engine completes each I/O this long after submitting it (0: at once).
     #[new]
     #[pyo3(signature = (target=None, *, engine="io_uring", afap=false, speed=1.0, depth=256,
                         writable=false, direct=true, is_block=false, sync_driver=false, max_length=1<<20,
-                        data="random", queue_chunks=4, start_ns=None))]
+                        data="random", queue_chunks=4, start_ns=None, causal=false, think_scale=1.0,
+                        service_ns=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         target: Option<&str>,
@@ -102,7 +107,19 @@ impl Replayer {
         data: &str,
         queue_chunks: usize,
         start_ns: Option<i64>,
+        causal: bool,
+        think_scale: f64,
+        service_ns: i64,
     ) -> PyResult<Self> {
+        if !(think_scale.is_finite() && think_scale >= 0.0) {
+            return Err(PyValueError::new_err(format!("think_scale must be a number >= 0, not {think_scale}")));
+        }
+        if afap && causal {
+            return Err(PyValueError::new_err("afap and causal timing exclude each other"));
+        }
+        if service_ns < 0 || (service_ns > 0 && engine != "null") {
+            return Err(PyValueError::new_err("service_ns is the null engine's, and >= 0"));
+        }
         if !(speed.is_finite() && speed > 0.0) {
             return Err(PyValueError::new_err(format!("speed must be a positive number, not {speed}")));
         }
@@ -115,7 +132,11 @@ impl Replayer {
             )));
         }
         let pattern = DataPattern::parse(data).map_err(PyValueError::new_err)?;
-        let mode = if afap { Mode::Afap } else { Mode::Original { speed } };
+        let mode = match (afap, causal) {
+            (true, _) => Mode::Afap,
+            (_, true) => Mode::Causal { speed, think_scale },
+            _ => Mode::Original { speed },
+        };
         let bufs = Buffers::new(max_length, depth, pattern);
         let file = match (engine, target) {
             ("null", _) => None,
@@ -126,7 +147,7 @@ impl Replayer {
         };
         let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
         let eng: Box<dyn Engine> = match engine {
-            "null" => Box::new(NullEngine::new(depth)),
+            "null" => Box::new(NullEngine::with_service(depth, service_ns)),
             "psync" => {
                 let eng = PsyncEngine::new(fd, depth, is_block, sync_driver);
                 Box::new(eng.map_err(|e| setup_error("cannot start the psync threads", e))?)
@@ -152,7 +173,7 @@ impl Replayer {
                 summary
             })
             .map_err(|e| os_error("cannot start the engine thread", e))?;
-        Ok(Self { input: Some(in_tx), output: Mutex::new(out_rx), stop, start, thread: Some(thread), next_base: 0, pushed: false, max_length })
+        Ok(Self { input: Some(in_tx), output: Mutex::new(out_rx), stop, start, thread: Some(thread), next_base: 0, pushed: false, max_length, causal })
     }
 
     /// Set the run's start, `start_ns` on the monotonic clock (time.monotonic_ns()): the
@@ -174,8 +195,9 @@ impl Replayer {
     /// engine's queue is full. Every row is checked first: an unknown op, a negative offset
     /// or length, offset + length past 64 bits, or a read or write longer than `max_length`
     /// raises ValueError naming the row (its index among all rows pushed), and nothing of the
-    /// chunk is queued.
-    #[pyo3(signature = (ts_ns, op, offset, length, flags=None))]
+    /// chunk is queued. In causal mode `parent` and `parent2` (uint32: rows back to each
+    /// row's parents, 0 for none) and `think_ns` are required, and checked as well.
+    #[pyo3(signature = (ts_ns, op, offset, length, flags=None, parent=None, parent2=None, think_ns=None))]
     fn push(
         &mut self,
         py: Python<'_>,
@@ -184,6 +206,9 @@ impl Replayer {
         offset: PyReadonlyArray1<'_, i64>,
         length: PyReadonlyArray1<'_, i64>,
         flags: Option<PyReadonlyArray1<'_, u8>>,
+        parent: Option<PyReadonlyArray1<'_, u32>>,
+        parent2: Option<PyReadonlyArray1<'_, u32>>,
+        think_ns: Option<PyReadonlyArray1<'_, i64>>,
     ) -> PyResult<()> {
         let n = op.len();
         let lens = [ts_ns.len(), offset.len(), length.len(), flags.as_ref().map_or(n, |f| f.len())];
@@ -200,6 +225,14 @@ impl Replayer {
             self.max_length,
         )
         .map_err(|e| PyValueError::new_err(format!("push: {e}")))?;
+        let chunk = match (self.causal, parent, parent2, think_ns) {
+            (true, Some(p), Some(q), Some(t)) => chunk
+                .with_deps(p.as_slice()?.to_vec(), q.as_slice()?.to_vec(), t.as_slice()?.to_vec())
+                .map_err(|e| PyValueError::new_err(format!("push: {e}")))?,
+            (true, ..) => return Err(PyValueError::new_err("push: causal timing needs parent, parent2 and think_ns")),
+            (false, None, None, None) => chunk,
+            (false, ..) => return Err(PyValueError::new_err("push: parent, parent2 and think_ns are for causal timing")),
+        };
         let mut chunk = Some(chunk);
         let input = self.input.as_ref().ok_or_else(|| PyRuntimeError::new_err("push after close"))?;
         loop {

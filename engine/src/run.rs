@@ -13,6 +13,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::Duration;
 
 use crate::backend::{Engine, Io, IoKind, Wait, FLAG_FUA, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE};
+use crate::causal::{Deps, Scheduler, WINDOW};
 use crate::clock::{intended_ns, thread_cpu_ns, Clock, SPIN_NS};
 use crate::data::Buffers;
 
@@ -22,6 +23,10 @@ pub enum Mode {
     Original { speed: f64 },
     /// Closed loop: as fast as possible, with up to `depth` in flight.
     Afap,
+    /// Causal: row i is due when its parents (rows back, see `Chunk::with_deps`) have
+    /// completed, plus its think time times `think_scale`; a row without parents at
+    /// start + ts_ns[i] / speed. Rows go in due order, not row order (causal.rs).
+    Causal { speed: f64, think_scale: f64 },
 }
 
 /// Never block longer than this, so a stop request is seen promptly even in a long idle gap.
@@ -78,6 +83,14 @@ pub struct Chunk {
     offset: Vec<i64>,
     length: Vec<i64>,
     flags: Option<Vec<u8>>,
+    deps: Option<ChunkDeps>,
+}
+
+/// The columns of causal timing: each row's parents as rows back (0: none) and think time.
+struct ChunkDeps {
+    parent: Vec<u32>,
+    parent2: Vec<u32>,
+    think_ns: Vec<i64>,
 }
 
 impl Chunk {
@@ -101,7 +114,36 @@ impl Chunk {
             check_row(op[i], offset[i], length[i], max_length as u64)
                 .map_err(|problem| BadRow { row: base + i as u64, problem })?;
         }
-        Ok(Self { base, ts_ns, op, offset, length, flags })
+        Ok(Self { base, ts_ns, op, offset, length, flags, deps: None })
+    }
+
+    /// The chunk with causal timing's columns, checked: one length with the chunk, parents at
+    /// most `WINDOW - 1` rows back (the rows the scheduler holds), think times >= 0.
+    pub fn with_deps(mut self, parent: Vec<u32>, parent2: Vec<u32>, think_ns: Vec<i64>) -> Result<Self, BadRow> {
+        let n = self.len();
+        if parent.len() != n || parent2.len() != n || think_ns.len() != n {
+            return Err(BadRow { row: self.base, problem: "the causal columns must have the chunk's length".into() });
+        }
+        for i in 0..n {
+            let far = parent[i].max(parent2[i]);
+            if far as usize >= WINDOW {
+                let problem = format!("a parent {far} rows back; causal timing holds at most {} rows", WINDOW - 1);
+                return Err(BadRow { row: self.base + i as u64, problem });
+            }
+            if think_ns[i] < 0 {
+                return Err(BadRow { row: self.base + i as u64, problem: format!("negative think time {}", think_ns[i]) });
+            }
+        }
+        self.deps = Some(ChunkDeps { parent, parent2, think_ns });
+        Ok(self)
+    }
+
+    /// Row `i`'s causal inputs (none without the columns).
+    fn deps(&self, i: usize) -> Deps {
+        match &self.deps {
+            Some(d) => Deps { parents: [d.parent[i], d.parent2[i]], think_ns: d.think_ns[i] },
+            None => Deps { parents: [0, 0], think_ns: 0 },
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -132,7 +174,8 @@ impl Chunk {
 }
 
 /// What the engine measured for one chunk. Rows at and after `issued` were never issued
-/// (the run was stopped) and hold -1.
+/// (the run was stopped) and hold -1; in causal mode rows go out of order, `issued` counts
+/// them, and a row never issued is one whose issue_ns is -1.
 pub struct ChunkResult {
     pub base: u64,
     pub intended_ns: Vec<i64>,
@@ -186,12 +229,84 @@ struct Core<'a, C: Clock> {
     active: VecDeque<Active>,
     inflight: usize,
     rows_issued: u64,
+    /// Causal mode: the rows admitted and their readiness; the rows queued since the last
+    /// `enter`, whose issue time its submission sets.
+    sched: Option<Box<Scheduler>>,
+    queued_rows: Vec<u64>,
 }
 
 impl<C: Clock> Core<'_, C> {
-    /// Whether the newest chunk has a row left to issue.
+    /// Whether a row is left to issue: in the newest chunk, or in causal mode, a ready row or
+    /// one not yet admitted.
     fn has_next(&self) -> bool {
-        self.active.back().is_some_and(|a| !a.exhausted())
+        match &self.sched {
+            Some(s) => s.peek().is_some() || self.unadmitted(s),
+            None => self.active.back().is_some_and(|a| !a.exhausted()),
+        }
+    }
+
+    fn unadmitted(&self, s: &Scheduler) -> bool {
+        self.active.back().is_some_and(|a| s.admitted() < a.chunk.base + a.chunk.len() as u64)
+    }
+
+    /// Whether to take the next chunk from the input: in causal mode as soon as every row
+    /// held is admitted and the window has room, so a later row due sooner is seen in time.
+    fn wants_input(&self) -> bool {
+        match &self.sched {
+            Some(s) => !self.unadmitted(s) && s.has_room(),
+            None => !self.has_next(),
+        }
+    }
+
+    /// Causal mode: admit the rows that arrived, in order, while the window has room.
+    fn admit(&mut self) {
+        let Some(s) = self.sched.as_mut() else { return };
+        for a in self.active.iter() {
+            let end = a.chunk.base + a.chunk.len() as u64;
+            while s.admitted() < end && s.admitted() >= a.chunk.base && s.has_room() {
+                let i = (s.admitted() - a.chunk.base) as usize;
+                s.admit(a.chunk.ts_ns[i], a.chunk.deps(i));
+            }
+        }
+    }
+
+    /// Causal issue step: queue the ready rows that are due, earliest first, or say how to
+    /// wait for the first one; with none ready, wait for a completion to make one ready.
+    fn issue_causal(&mut self) -> Wait {
+        let now = self.clock.now() - self.t0;
+        let s = self.sched.as_mut().expect("causal");
+        let Some((next_due, _)) = s.peek() else {
+            return if self.inflight > 0 { Wait::One } else { Wait::No };
+        };
+        if next_due > now + SPIN_NS {
+            return Wait::Until(self.t0 + (next_due - SPIN_NS).min(now + MAX_BLOCK_NS));
+        } else if next_due > now {
+            return Wait::No;
+        }
+        while self.inflight < self.depth {
+            match s.peek() {
+                Some((due, _)) if due <= now => {}
+                _ => break,
+            }
+            let (due, row) = s.pop().expect("peeked");
+            let a = self
+                .active
+                .iter_mut()
+                .find(|a| row >= a.chunk.base && row < a.chunk.base + a.chunk.len() as u64)
+                .expect("a ready row of a chunk still held");
+            let i = (row - a.chunk.base) as usize;
+            let io = a.chunk.io(i, self.bufs);
+            // SAFETY: as in `issue`.
+            unsafe { self.engine.queue(io) };
+            a.out.intended_ns[i] = due;
+            a.out.issue_ns[i] = now;
+            a.out.issued += 1;
+            a.outstanding += 1;
+            self.inflight += 1;
+            self.rows_issued += 1;
+            self.queued_rows.push(row);
+        }
+        Wait::No
     }
 
     /// Issue step: queue every row that is due (up to `depth` in flight), or say how to wait
@@ -199,11 +314,14 @@ impl<C: Clock> Core<'_, C> {
     /// when the previous row went: one late row does not delay the rest. Returns how to wait
     /// and the rows queued, in the newest chunk.
     fn issue(&mut self) -> (Wait, Range<usize>) {
+        if self.sched.is_some() {
+            return (self.issue_causal(), 0..0);
+        }
         let now = self.clock.now() - self.t0;
         let (mode, t0) = (self.mode, self.t0);
         let a = self.active.back_mut().expect("issue without a row");
         let due = |i: usize| match mode {
-            Mode::Original { speed } => intended_ns(a.chunk.ts_ns[i], speed),
+            Mode::Original { speed } | Mode::Causal { speed, .. } => intended_ns(a.chunk.ts_ns[i], speed),
             Mode::Afap => now,
         };
         let (first, next_due) = (a.out.issued, due(a.out.issued));
@@ -235,7 +353,7 @@ impl<C: Clock> Core<'_, C> {
     /// and waits as asked; records when each I/O entered the kernel, when it completed and
     /// its result.
     fn reap(&mut self, wait: Wait, queued: Range<usize>) -> io::Result<()> {
-        let (t0, active) = (self.t0, &mut self.active);
+        let (t0, active, sched) = (self.t0, &mut self.active, &mut self.sched);
         let entered = self.engine.enter(wait, &mut |c| {
             let a = active
                 .iter_mut()
@@ -249,11 +367,26 @@ impl<C: Clock> Core<'_, C> {
             // A discard or punch-hole reports 0 on success; record the bytes it covered.
             a.out.result[i] = if a.chunk.op[i] == OP_DISCARD && c.result == 0 { a.chunk.length[i] } else { c.result };
             a.outstanding -= 1;
+            // Its children wait for its completion, failed or not.
+            if let Some(s) = sched.as_mut() {
+                s.complete(c.token, c.complete_ns - t0);
+            }
         })?;
         self.inflight -= entered.reaped;
-        if let (Some(at), Some(a)) = (entered.submitted_ns, self.active.back_mut()) {
-            a.out.issue_ns[queued].fill(at - t0);
+        if let Some(at) = entered.submitted_ns {
+            if self.sched.is_some() {
+                for &row in &self.queued_rows {
+                    let a = self.active.iter_mut().find(|a| row >= a.chunk.base && row < a.chunk.base + a.chunk.len() as u64);
+                    // A row that completed in this same enter may have retired with its chunk: no.
+                    if let Some(a) = a {
+                        a.out.issue_ns[(row - a.chunk.base) as usize] = at - t0;
+                    }
+                }
+            } else if let Some(a) = self.active.back_mut() {
+                a.out.issue_ns[queued].fill(at - t0);
+            }
         }
+        self.queued_rows.clear();
         Ok(())
     }
 
@@ -304,21 +437,43 @@ pub fn run<C: Clock>(
         t => t,
     };
     clock.wait_until(t0);
-    let mut core = Core { engine, bufs, clock, mode, depth, t0, active: VecDeque::from([Active::new(first)]), inflight: 0, rows_issued: 0 };
+    let sched = match mode {
+        Mode::Causal { speed, think_scale } => Some(Box::new(Scheduler::new(speed, think_scale))),
+        _ => None,
+    };
+    let mut core = Core {
+        engine,
+        bufs,
+        clock,
+        mode,
+        depth,
+        t0,
+        active: VecDeque::from([Active::new(first)]),
+        inflight: 0,
+        rows_issued: 0,
+        sched,
+        queued_rows: Vec::with_capacity(depth),
+    };
     let (mut input_open, mut stopping, mut failure) = (true, false, None);
     loop {
         stopping = stopping || stop.load(Ordering::Relaxed);
         // Make sure the newest chunk has a row to issue, pulling the next one if needed.
         let mut starved = false;
-        if !stopping && !core.has_next() && input_open {
+        if !stopping && core.wants_input() && input_open {
             match input.try_recv() {
                 Ok(chunk) => core.active.push_back(Active::new(chunk)),
                 Err(TryRecvError::Empty) => starved = true,
                 Err(TryRecvError::Disconnected) => input_open = false,
             }
         }
+        core.admit();
         let (wait, queued) = if !stopping && core.has_next() && core.inflight < depth {
-            core.issue()
+            let (wait, queued) = core.issue();
+            // Causal: rows of a chunk still to come may be due before the ready ones.
+            match wait {
+                Wait::Until(t) if starved && core.sched.is_some() => (Wait::Until(t.min(clock.now() + 200_000)), queued),
+                _ => (wait, queued),
+            }
         } else if core.inflight > 0 {
             (if starved { Wait::Until(clock.now() + 200_000) } else { Wait::One }, 0..0)
         } else if starved {
@@ -359,7 +514,7 @@ mod tests {
     use crate::clock::{now_ns, Monotonic};
     use crate::data::DataPattern;
     use crate::null::NullEngine;
-    use std::collections::HashMap;
+    use std::collections::{HashMap, VecDeque};
     use std::sync::mpsc::{channel, sync_channel};
     use std::sync::Arc;
 
@@ -611,5 +766,162 @@ mod tests {
         // The stalls delayed only the rows due while the engine was busy.
         assert_eq!(issue[20], intended[20]);
         assert_eq!(issue[250], intended[250]);
+    }
+
+    /// A device of fixed latency on the fake clock: each I/O completes exactly `service` after
+    /// the `enter` that submits it, failing with `fail[token]` if given. Waits move the clock
+    /// straight to the next completion or deadline (a timed wait is for a deadline SPIN_NS
+    /// later, see `issue`), so a causal replay runs exactly on the model's schedule.
+    struct Device {
+        clock: Arc<AtomicI64>,
+        service: i64,
+        fail: HashMap<u64, i64>,
+        staged: Vec<u64>,
+        pending: VecDeque<(u64, i64)>,
+    }
+
+    impl Device {
+        fn new(clock: &Arc<AtomicI64>, service: i64) -> Self {
+            Self { clock: Arc::clone(clock), service, fail: HashMap::new(), staged: Vec::new(), pending: VecDeque::new() }
+        }
+    }
+
+    impl Engine for Device {
+        unsafe fn queue(&mut self, io: Io) {
+            self.staged.push(io.token);
+        }
+        fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(Completion)) -> io::Result<Entered> {
+            let now = self.clock.load(Ordering::Relaxed);
+            let (at, submitted) = (now, !self.staged.is_empty());
+            for token in self.staged.drain(..) {
+                self.pending.push_back((token, now + self.service));
+            }
+            let first = self.pending.front().map(|p| p.1);
+            let to = match (wait, first) {
+                (Wait::One, Some(f)) => f,
+                (Wait::Until(t), Some(f)) => (t + SPIN_NS).min(f),
+                (Wait::Until(t), None) => t + SPIN_NS,
+                // A spin towards a deadline less than SPIN_NS away: 1 ns a turn, to land on it.
+                (Wait::No, _) if !submitted => now + 1,
+                _ => now,
+            };
+            self.clock.fetch_max(to, Ordering::Relaxed);
+            let now = self.clock.load(Ordering::Relaxed);
+            let mut reaped = 0;
+            while self.pending.front().is_some_and(|p| p.1 <= now) {
+                let (token, at) = self.pending.pop_front().unwrap();
+                let result = self.fail.get(&token).copied().unwrap_or(4096);
+                done(Completion { token, result, issue_ns: None, complete_ns: at });
+                reaped += 1;
+            }
+            Ok(Entered { reaped, submitted_ns: submitted.then_some(at) })
+        }
+    }
+
+    /// Replays rows (ts, parent rows back, think) in causal mode on `engine`, in chunks of
+    /// `step`; returns (intended, issue, complete, result) per row.
+    fn causal(engine: &mut dyn Engine, clock: &Arc<AtomicI64>, rows: &[(i64, u32, i64)], step: usize, speed: f64, think_scale: f64) -> [Vec<i64>; 4] {
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
+        let chunks: Vec<Chunk> = rows
+            .chunks(step)
+            .enumerate()
+            .map(|(k, part)| {
+                let n = part.len();
+                chunk((k * step) as u64, part.iter().map(|r| r.0).collect())
+                    .with_deps(part.iter().map(|r| r.1).collect(), vec![0; n], part.iter().map(|r| r.2).collect())
+                    .unwrap()
+            })
+            .collect();
+        let (tx, rx) = sync_channel(chunks.len().max(1));
+        for c in chunks {
+            tx.send(c).unwrap();
+        }
+        drop(tx);
+        let (otx, orx) = channel();
+        let start = AtomicI64::new(clock.load(Ordering::Relaxed));
+        let mode = Mode::Causal { speed, think_scale };
+        run(engine, &bufs, mode, 1024, &start, rx, otx, &AtomicBool::new(false), &FakeClock(Arc::clone(clock))).unwrap();
+        let out: Vec<ChunkResult> = orx.into_iter().collect();
+        let col = |f: fn(&ChunkResult) -> &Vec<i64>| out.iter().flat_map(|r| f(r).clone()).collect::<Vec<i64>>();
+        [col(|r| &r.intended_ns), col(|r| &r.issue_ns), col(|r| &r.complete_ns), col(|r| &r.result)]
+    }
+
+    #[test]
+    fn causal_recovers_a_closed_loop_models_schedule_exactly() {
+        // K threads, each issuing its next I/O a random think time after its previous one
+        // completed on a device of fixed latency; on a device of the same latency the causal
+        // replay issues every I/O exactly when the model did, in any chunking.
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        let mut rand = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for case in 0..40 {
+            let (threads, ios, service) = (1 + rand(6) as usize, 1 + rand(40) as usize, 1_000 + rand(500_000) as i64);
+            // Think times below 1 us, or of milliseconds: with the fake clock a spin towards a
+            // deadline moves 1 ns a turn, so think times in between would make the test slow.
+            let (think_min, think_span) = if case % 2 == 0 { (0, 1_000) } else { (1_000_000, 5_000_000) };
+            let mut rows_model: Vec<(i64, usize, usize, i64)> = Vec::new(); // (ts, thread, j, think)
+            for k in 0..threads {
+                let mut t = rand(1_000_000) as i64;
+                for j in 0..ios {
+                    let think = if j == 0 { 0 } else { think_min + rand(think_span) as i64 };
+                    t += think;
+                    rows_model.push((t, k, j, think));
+                    t += service;
+                }
+            }
+            rows_model.sort();
+            let pos: HashMap<(usize, usize), usize> = rows_model.iter().enumerate().map(|(i, m)| ((m.1, m.2), i)).collect();
+            let rows: Vec<(i64, u32, i64)> = rows_model
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.0, if m.2 == 0 { 0 } else { (i - pos[&(m.1, m.2 - 1)]) as u32 }, m.3))
+                .collect();
+            let clock = Arc::new(AtomicI64::new(1_000_000_000));
+            let step = 1 + rand(rows.len() as u64) as usize;
+            let [intended, issue, complete, result] = causal(&mut Device::new(&clock, service), &clock, &rows, step, 1.0, 1.0);
+            for (i, m) in rows_model.iter().enumerate() {
+                assert_eq!(intended[i], m.0, "case {case} row {i}: intended");
+                assert_eq!(issue[i], m.0, "case {case} row {i}: issued off the model's schedule");
+                assert_eq!(complete[i], m.0 + service);
+                assert_eq!(result[i], 4096);
+            }
+        }
+    }
+
+    #[test]
+    fn a_waiting_row_never_holds_back_a_later_independent_one() {
+        // Row 1 waits for row 0 (1 ms of service); row 2, due at 10 us, goes first.
+        let clock = Arc::new(AtomicI64::new(0));
+        let rows = [(0, 0, 0), (5_000, 1, 0), (10_000, 0, 0)];
+        let [intended, issue, _, _] = causal(&mut Device::new(&clock, 1_000_000), &clock, &rows, 3, 1.0, 1.0);
+        assert_eq!(issue, vec![0, 1_000_000, 10_000]);
+        assert_eq!(intended, issue);
+    }
+
+    #[test]
+    fn think_time_and_speed_scale_apart_and_a_failed_parent_still_releases_its_child() {
+        let clock = Arc::new(AtomicI64::new(0));
+        let mut dev = Device::new(&clock, 100_000);
+        dev.fail.insert(0, -5);
+        // Row 1 waits for row 0, then 40 us of think; row 2 is a root at 1 ms.
+        let rows = [(0, 0, 0), (140_000, 1, 40_000), (1_000_000, 0, 0)];
+        let [intended, issue, complete, result] = causal(&mut dev, &clock, &rows, 2, 2.0, 0.5);
+        assert_eq!(result[0], -5);
+        assert_eq!(complete[0], 100_000);
+        assert_eq!(intended, vec![0, 120_000, 500_000]);
+        assert_eq!(issue, intended);
+    }
+
+    #[test]
+    fn causal_columns_are_checked() {
+        let c = || chunk(10, vec![0, 1]);
+        assert!(c().with_deps(vec![0], vec![0, 0], vec![0, 0]).is_err());
+        let e = c().with_deps(vec![0, WINDOW as u32], vec![0, 0], vec![0, 0]).err().unwrap();
+        assert_eq!(e.row, 11);
+        assert!(c().with_deps(vec![0, 0], vec![0, 0], vec![0, -1]).err().unwrap().problem.contains("negative think"));
     }
 }
