@@ -135,6 +135,10 @@ def test_oltp_fixed_work_records_pgbench_outcome(tmp_path):
     assert outcome["tps"] > 0 and outcome["latency_ms"] > 0 and outcome["elapsed_s"] > 0
     assert "-t 50 --random-seed=3" in meta["recipe"]["workload"]
     assert "50 transactions per client (seed 3)" in meta["description"]
+    # The run's start and end on the trace's clock: after the capture started, elapsed apart.
+    start, end = outcome["start_monotonic_ns"], outcome["end_monotonic_ns"]
+    assert meta["source"]["start_monotonic_ns"] < start < end
+    assert (end - start) / 1e9 == pytest.approx(outcome["elapsed_s"])
 
 
 @pytest.mark.root

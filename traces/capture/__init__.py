@@ -234,6 +234,7 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
     capture_meta = {
         "backend": "tracefs",
         "instance": instance,
+        "start_monotonic_ns": start_ns,  # ts_ns 0 on CLOCK_MONOTONIC
         "events": counts,
         "pages": decoded.pages,
         "pages_with_missed_events": decoded.pages_with_missed,

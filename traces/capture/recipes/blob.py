@@ -65,6 +65,8 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
                 except (OSError, ValueError):
                     pass
             s.provenance["outcome"] = {"elapsed_s": recorded.get("elapsed_s"), "status": recorded.get("status"),
+                                       "start_monotonic_ns": recorded.get("start_monotonic_ns"),
+                                       "end_monotonic_ns": recorded.get("end_monotonic_ns"),
                                        "unit": "operations", **{k: v for k, v in store.items() if k != "elapsed_s"},
                                        "store_elapsed_s": store.get("elapsed_s")}
             return (f"{DESCRIPTION} {knobs['clients']} clients, {length} over {knobs['populate_mb']} MiB of "

@@ -161,6 +161,10 @@ def _capture_boot(session: Session, device: str, output: Path, command: list[str
                     timed_out=timed_out, timeout_s=timeout, qemu_status=status,
                     seconds=round(seconds, 2), serial_tail=_serial_tail(serial))
         session.provenance["boot"] = boot
+        # The application's own outcome, as the other recipes record it: the boot is fixed work.
+        session.provenance["outcome"] = {"elapsed_s": boot["seconds"], "status": status,
+                                         "finished": powered_off, "unit": "boot",
+                                         "reported_by": "the recipe's clock around qemu"}
         how = "under software emulation (qemu TCG), which stretches the gaps between I/Os" if emulated \
             else "with hardware virtualisation (KVM)"
         ending = ("It reached multi-user.target and powered off." if powered_off else

@@ -76,6 +76,8 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
             elapsed = recorded.get("elapsed_s")
             nbytes = s.provenance["source_folder"]["bytes"]
             s.provenance["outcome"] = {"elapsed_s": elapsed, "status": recorded.get("status"),
+                                       "start_monotonic_ns": recorded.get("start_monotonic_ns"),
+                                       "end_monotonic_ns": recorded.get("end_monotonic_ns"),
                                        "bytes": nbytes, "files": s.provenance["source_folder"]["files"],
                                        "mb_per_s": nbytes / elapsed / MIB if elapsed else None,
                                        "unit": "bytes", "reported_by": "the timer around cp and sync"}
