@@ -23,9 +23,13 @@ MAX_BACK = (1 << 16) - 1
 # and kworker/u8:17 are interchangeable pool workers), every journal thread another.
 WRITEBACK, JOURNAL = -1, -2
 
+# parent2 of a flush issued when nothing was in flight: it waits for every earlier I/O.
+BARRIER = -1
+
 HEURISTICS = {
     "chains": "per-process chains: an I/O waits for the last I/O of its own process (writeback "
-              "workers one process, journal threads another) that completed before it was issued",
+              "workers one process, journal threads another) that completed before it was issued; "
+              "a process's first I/O for the last I/O of any process completed before it",
     "recent": "hfplayer-like: an I/O waits for the last I/O of any process that completed at most "
               "--window before it was issued; none: it keeps its captured time",
 }
@@ -73,7 +77,8 @@ def new_state():
 def annotate_kernel(base, ts, op, latency, group, flags, recent, window_ns, max_back,
                     heap, last_row, last_done, latest, parent, parent2, think):
     """One chunk: rows base..base+len. Completions are replayed in time order from a heap of
-    the rows in flight, so every parent completed no later than its child was issued."""
+    the rows in flight, so every parent completed no later than its child was issued.
+    parent2 is BARRIER for a flush that waits for every earlier row."""
     for k in range(len(ts)):
         row = base + k
         t = ts[k]
@@ -93,19 +98,28 @@ def annotate_kernel(base, ts, op, latency, group, flags, recent, window_ns, max_
             g = group[k]
             if g in last_row:
                 p1, d1 = last_row[g], last_done[g]
+            elif latest[0] >= 0:
+                # A process's first I/O: it started after what completed last (a shell's
+                # `cp && sync`), not at a time of its own.
+                p1, d1 = latest[0], latest[1]
         if p1 >= 0 and row - p1 > max_back:
             p1 = -1
-        # A flush, and a FUA write, waits for the writes completed before it.
         p2 = -1
         d2 = -1
-        if (op[k] == 3 or (op[k] == 1 and flags[k] & 2)) and latest[2] >= 0 and latest[2] != p1:
+        barrier = False
+        if op[k] == 3 and len(heap) == 0 and row > 0 and latest[0] >= 0:
+            # A flush issued with nothing in flight waits for every earlier I/O.
+            barrier = True
+            d2 = latest[1]
+        elif (op[k] == 3 or (op[k] == 1 and flags[k] & 2)) and latest[2] >= 0 and latest[2] != p1:
+            # Else a flush, and a FUA write, waits for the last write completed before it.
             if row - latest[2] <= max_back:
                 p2, d2 = latest[2], latest[3]
         if p1 < 0 and p2 >= 0:
             p1, d1, p2, d2 = p2, d2, -1, -1
         parent[k] = row - p1 if p1 >= 0 else 0
-        parent2[k] = row - p2 if p2 >= 0 else 0
-        think[k] = t - max(d1, d2) if p1 >= 0 else 0
+        parent2[k] = BARRIER if barrier else (row - p2 if p2 >= 0 else 0)
+        think[k] = t - max(d1, d2) if (p1 >= 0 or barrier) else 0
         if latency[k] >= 0:
             heapq_push(heap, (t + latency[k], row, group[k], np.int64(op[k] == 1)))
 
@@ -219,7 +233,7 @@ def summarise(trace, heuristic: str = DEFAULT_HEURISTIC, window_ns: int = DEFAUL
     groups = set()
     for chunk in trace.chunks(columns=cols, rows=rows):
         a = ann.add(chunk)
-        chained = a["parent"] > 0
+        chained = (a["parent"] > 0) | (a["parent2"] != 0)
         s.ios += len(chained)
         s.chained += int(chained.sum())
         s.flush_waits += int((chained & _flushlike(chunk)).sum())

@@ -105,7 +105,8 @@ class Replayer:
         pushed, for: an op other than 0 read, 1 write, 2 discard, 3 flush; a negative offset
         or length; offset + length past 2**63 - 1; a read or write longer than `max_length`.
         With causal timing, `parent` and `parent2` (rows back to each row's parents, 0 for
-        none, at most 131,071) and `think_ns` (>= 0) are required; without, refused.
+        none, at most 131,071; parent2 2**32 - 1: wait for every earlier row) and `think_ns`
+        (>= 0) are required; without, refused.
         Nothing of a refused chunk is queued. Returns quietly if the run has already ended
         (`join` says why).
         """

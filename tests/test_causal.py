@@ -64,23 +64,41 @@ def test_chains_recover_a_closed_loop_model_exactly_in_any_chunking(m, step):
             got[k].append(part[k])
     got = {k: np.concatenate(v) for k, v in got.items()}
     rows = np.arange(len(parent))
-    want_back = np.where(parent >= 0, rows - parent, 0)
-    np.testing.assert_array_equal(got["parent"], want_back)
+    chained = parent >= 0
+    np.testing.assert_array_equal(got["parent"][chained], (rows - parent)[chained])
+    np.testing.assert_array_equal(got["think_ns"][chained], think[chained])
     np.testing.assert_array_equal(got["parent2"], 0)
-    np.testing.assert_array_equal(got["think_ns"], think)
+    # A thread's first I/O follows the last I/O of any thread completed before it, if any.
+    done = cols["ts_ns"] + cols["latency_ns"]
+    for i in np.flatnonzero(~chained):
+        before = np.flatnonzero(done[:i] <= cols["ts_ns"][i])
+        if len(before):
+            assert done[i - got["parent"][i]] == done[before].max(), i
+            assert got["think_ns"][i] == cols["ts_ns"][i] - done[before].max()
+        else:
+            assert got["parent"][i] == 0 and got["think_ns"][i] == 0
 
 
-def test_a_flush_waits_for_the_last_write_completed_before_it():
-    # pid 1 writes (done at 100), pid 2 reads (done at 150), pid 3 flushes at 200.
+def test_a_flush_waits_for_every_earlier_io_or_the_last_write_before_it():
+    # pid 1 writes (done at 100), pid 2 reads (done at 150), pid 3 flushes at 200 with nothing
+    # in flight: it waits for every earlier I/O (a barrier), and follows the read, the last
+    # completion, as pid 3's first I/O.
     cols = {"ts_ns": np.array([0, 10, 200], np.int64), "op": np.array([Op.WRITE, Op.READ, Op.FLUSH], np.uint8),
             "latency_ns": np.array([100, 140, 5], np.int64), "pid": np.array([1, 2, 3], np.int32),
             "comm": np.array(["a", "b", "c"], dtype=object)}
     a = causal.annotate(cols, "chains")
-    assert list(a["parent"]) == [0, 0, 2] and list(a["think_ns"]) == [0, 0, 100]
-    a = causal.annotate(cols, "recent", window_ns=100)
-    # the most recent completion (the read, at 150) and the write before it (at 100)
-    assert list(a["parent"]) == [0, 0, 1] and list(a["parent2"]) == [0, 0, 2]
+    assert list(a["parent"]) == [0, 0, 1] and list(a["parent2"]) == [0, 0, causal.BARRIER]
     assert list(a["think_ns"]) == [0, 0, 50]
+    # With a read of pid 2 still in flight at 200, the flush waits for the last write only.
+    cols = {"ts_ns": np.array([0, 10, 190, 200], np.int64),
+            "op": np.array([Op.WRITE, Op.READ, Op.READ, Op.FLUSH], np.uint8),
+            "latency_ns": np.array([100, 140, 1000, 5], np.int64), "pid": np.array([1, 2, 2, 3], np.int32),
+            "comm": np.array(["a", "b", "b", "c"], dtype=object)}
+    a = causal.annotate(cols, "chains")
+    assert list(a["parent"]) == [0, 0, 1, 2] and list(a["parent2"]) == [0, 0, 0, 3]
+    assert list(a["think_ns"]) == [0, 0, 40, 50]
+    a = causal.annotate(cols, "recent", window_ns=100)
+    assert list(a["parent"]) == [0, 0, 1, 2] and list(a["parent2"]) == [0, 0, 0, 3]
 
 
 def test_writeback_workers_form_one_chain_apart_from_user_threads():
@@ -89,8 +107,9 @@ def test_writeback_workers_form_one_chain_apart_from_user_threads():
             "latency_ns": np.array([10, 10, 10, 10], np.int64), "pid": np.array([7, 8, 9, 10], np.int32),
             "comm": comm}
     a = causal.annotate(cols, "chains")
-    # kworker/u8:17 follows kworker/u8:4's write, not postgres's later one; jbd2 is its own chain
-    assert list(a["parent"]) == [0, 0, 2, 0]
+    # kworker/u8:17 follows kworker/u8:4's write, not postgres's later one; jbd2, its own
+    # chain, begins after the last completion before it
+    assert list(a["parent"]) == [0, 0, 2, 1]
 
 
 def test_a_parent_too_far_back_is_dropped():
@@ -198,12 +217,18 @@ def test_causal_replay_of_a_closed_loop_model_follows_its_dependencies_exactly(m
     assert (res["issue_ns"] >= 0).all() and (res["result"] == 4096).all()
     np.testing.assert_array_equal(res["complete_ns"] - res["issue_ns"], service)
     assert (res["issue_ns"] >= res["intended_ns"]).all()
-    # ... which is its captured time for a thread's first I/O, and for the others exactly its
-    # parent's completion on the target plus the model's think time, scaled.
-    np.testing.assert_array_equal(res["intended_ns"][~chained], cols["ts_ns"][~chained])
+    # ... which is exactly its parent's completion on the target plus the model's think time,
+    # scaled; a thread's first I/O follows the last completion before it, or without one
+    # keeps its captured time.
     scaled = np.floor(think[chained] * think_scale + 0.5).astype(np.int64)  # Rust rounds half up
     np.testing.assert_array_equal(res["intended_ns"][chained], res["complete_ns"][parent[chained]] + scaled)
-    np.testing.assert_array_equal(ann["parent"], np.where(chained, rows - parent, 0))
+    np.testing.assert_array_equal(ann["parent"][chained], (rows - parent)[chained])
+    first = ~chained & (ann["parent"] > 0)
+    scaled = np.floor(ann["think_ns"][first] * think_scale + 0.5).astype(np.int64)
+    np.testing.assert_array_equal(res["intended_ns"][first],
+                                  res["complete_ns"][rows[first] - ann["parent"][first]] + scaled)
+    roots = ann["parent"] == 0
+    np.testing.assert_array_equal(res["intended_ns"][roots], cols["ts_ns"][roots])
 
 
 def test_causal_replay_of_a_bundled_trace_keeps_every_row_and_records_the_mode(tmp_path):

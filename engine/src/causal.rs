@@ -5,7 +5,7 @@
 //! heap ordered by due time means a row still waiting never holds back later independent ones.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// Rows held at once: the rows admitted but not yet completed span at most this many. Parents
 /// may be at most `WINDOW - 1` rows back (Python drops farther ones, analysis.causal.MAX_BACK).
@@ -13,6 +13,8 @@ pub const WINDOW: usize = 1 << 17;
 const MASK: u64 = WINDOW as u64 - 1;
 const PENDING: i64 = i64::MIN;
 const NONE: u64 = u64::MAX;
+/// A second parent of u32::MAX: the row (a flush) waits for every earlier row to complete.
+pub const BARRIER: u32 = u32::MAX;
 
 /// Per-row inputs of causal timing.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -37,6 +39,9 @@ pub struct Scheduler {
     /// The next row to admit, and the lowest row not yet completed.
     admitted: u64,
     low: u64,
+    /// When the rows below `low` had all completed; barrier rows waiting for that, in order.
+    low_at: i64,
+    barriers: VecDeque<u64>,
 }
 
 impl Scheduler {
@@ -53,6 +58,8 @@ impl Scheduler {
             ready: BinaryHeap::with_capacity(WINDOW),
             admitted: 0,
             low: 0,
+            low_at: i64::MIN,
+            barriers: VecDeque::with_capacity(1024),
         }
     }
 
@@ -80,6 +87,16 @@ impl Scheduler {
         self.waiting[s] = 0;
         let mut any = false;
         for (k, &back) in deps.parents.iter().enumerate() {
+            if k == 1 && back == BARRIER && row > 0 {
+                any = true;
+                if self.low >= row {
+                    self.ready_at[s] = self.ready_at[s].max(self.low_at);
+                } else {
+                    self.barriers.push_back(row);
+                    self.waiting[s] += 1;
+                }
+                continue;
+            }
             if back == 0 || back as u64 > row || back as usize >= WINDOW {
                 continue;
             }
@@ -136,8 +153,22 @@ impl Scheduler {
             }
         }
         self.first_child[s] = NONE;
+        let before = self.low;
         while self.low < self.admitted && self.done_at[(self.low & MASK) as usize] != PENDING {
             self.low += 1;
+        }
+        if self.low > before {
+            // Completions come in time order: every row below `low` completed by now.
+            self.low_at = self.low_at.max(at);
+            while self.barriers.front().is_some_and(|&b| b <= self.low) {
+                let b = self.barriers.pop_front().expect("front");
+                let bs = (b & MASK) as usize;
+                self.ready_at[bs] = self.ready_at[bs].max(self.low_at);
+                self.waiting[bs] -= 1;
+                if self.waiting[bs] == 0 {
+                    self.ready.push(Reverse((self.due(bs), b)));
+                }
+            }
         }
     }
 }
@@ -177,6 +208,24 @@ mod tests {
         assert_eq!(s.pop(), None);
         s.complete(0, 900);
         assert_eq!(s.pop(), Some((950, 2)));
+    }
+
+    #[test]
+    fn a_barrier_waits_for_every_earlier_row() {
+        let mut s = Scheduler::new(1.0, 1.0);
+        s.admit(0, deps(0, 0, 0));
+        s.admit(0, deps(0, 0, 0));
+        s.admit(10, deps(1, BARRIER, 7)); // row 2: after row 1 and after rows 0 and 1
+        s.pop();
+        s.pop();
+        s.complete(1, 50);
+        assert_eq!(s.pop(), None, "row 0 has not completed");
+        s.complete(0, 80);
+        assert_eq!(s.pop(), Some((87, 2)));
+        s.admit(90, deps(0, BARRIER, 3)); // row 3: rows 0..2 are not all done (2 is not)
+        assert_eq!(s.pop(), None);
+        s.complete(2, 100);
+        assert_eq!(s.pop(), Some((103, 3)));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::Duration;
 
 use crate::backend::{Engine, Io, IoKind, Wait, FLAG_FUA, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE};
-use crate::causal::{Deps, Scheduler, WINDOW};
+use crate::causal::{Deps, Scheduler, BARRIER, WINDOW};
 use crate::clock::{intended_ns, thread_cpu_ns, Clock, SPIN_NS};
 use crate::data::Buffers;
 
@@ -118,14 +118,16 @@ impl Chunk {
     }
 
     /// The chunk with causal timing's columns, checked: one length with the chunk, parents at
-    /// most `WINDOW - 1` rows back (the rows the scheduler holds), think times >= 0.
+    /// most `WINDOW - 1` rows back (the rows the scheduler holds) or, for parent2, BARRIER (all
+    /// earlier rows), think times >= 0.
     pub fn with_deps(mut self, parent: Vec<u32>, parent2: Vec<u32>, think_ns: Vec<i64>) -> Result<Self, BadRow> {
         let n = self.len();
         if parent.len() != n || parent2.len() != n || think_ns.len() != n {
             return Err(BadRow { row: self.base, problem: "the causal columns must have the chunk's length".into() });
         }
         for i in 0..n {
-            let far = parent[i].max(parent2[i]);
+            // parent2 may be BARRIER: wait for every earlier row.
+            let far = parent[i].max(if parent2[i] == BARRIER { 0 } else { parent2[i] });
             if far as usize >= WINDOW {
                 let problem = format!("a parent {far} rows back; causal timing holds at most {} rows", WINDOW - 1);
                 return Err(BadRow { row: self.base + i as u64, problem });
