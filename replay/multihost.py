@@ -189,10 +189,9 @@ class HostActor:
         from replay.runner import RunOptions, replay
 
         try:
-            outcome = replay(str(self.share), target, RunOptions(**{**options, "dry_run": True}))
+            replay(str(self.share), target, RunOptions(**{**options, "dry_run": True}))
         except ReplayError as e:
             return str(e)
-        del outcome
         return None
 
     def prepare(self, target, options: dict, metadata: dict) -> str:

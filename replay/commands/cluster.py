@@ -17,7 +17,6 @@ def run_on_cluster(trace, target, options, plan, cluster, output, json_out):
         fail(ReplayError("with --plan the targets are the plan's (one per host); leave TARGET out"))
     if options.dry_run:
         fail(ReplayError("--dry-run is not available with --plan: every host checks its target before any starts"))
-    from analysis.summary import RunSummary  # noqa: F401 - fail early where the install is broken
     from replay.multihost import CLUSTER_FILE, RUN_FILE, run_cluster
 
     output = output or Path(f"{Path(trace).stem}-cluster-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
@@ -26,7 +25,7 @@ def run_on_cluster(trace, target, options, plan, cluster, output, json_out):
     except ReplayError as e:
         fail(e)
     if json_out:
-        typer.echo(json.dumps({k: v for k, v in record.items()}, indent=2, default=str))
+        typer.echo(json.dumps(record, indent=2, default=str))
     else:
         typer.echo(_table(record))
         typer.echo(f"results: {output}/ ({RUN_FILE}: the whole run; hosts/: one file per host; "
