@@ -31,10 +31,13 @@ HEURISTICS = {
               "workers one process, journal threads another) that completed before it was issued; "
               "a process's first I/O for the last I/O of any process completed before it",
     "recent": "hfplayer-like: an I/O waits for the last I/O of any process that completed at most "
-              "--window before it was issued; none: it keeps its captured time",
+              "1 ms before it was issued; none: it keeps its captured time",
+    "hybrid": "chains, and also the last I/O of any process if it completed later than the "
+              "chain's parent and at most 10 ms before: waits on other processes (a journal "
+              "commit an fsync waits for, a lock holder's I/O)",
 }
+WINDOWS_NS = {"chains": 0, "recent": 1_000_000, "hybrid": 10_000_000}
 DEFAULT_HEURISTIC = "chains"
-DEFAULT_WINDOW_NS = 1_000_000
 REQUIRED = ("pid", "latency_ns")
 COLUMNS = ("ts_ns", "op", "latency_ns", "pid", "comm", "flags")
 
@@ -74,7 +77,7 @@ def new_state():
 
 
 @numba.njit(nogil=True, cache=True)
-def annotate_kernel(base, ts, op, latency, group, flags, recent, window_ns, max_back,
+def annotate_kernel(base, ts, op, latency, group, flags, kind, window_ns, max_back,
                     heap, last_row, last_done, latest, parent, parent2, think):
     """One chunk: rows base..base+len. Completions are replayed in time order from a heap of
     the rows in flight, so every parent completed no later than its child was issued.
@@ -91,7 +94,7 @@ def annotate_kernel(base, ts, op, latency, group, flags, recent, window_ns, max_
                 latest[2], latest[3] = r, done
         p1 = -1
         d1 = -1
-        if recent:
+        if kind == 1:  # recent
             if latest[0] >= 0 and t - latest[1] <= window_ns:
                 p1, d1 = latest[0], latest[1]
         else:
@@ -115,6 +118,10 @@ def annotate_kernel(base, ts, op, latency, group, flags, recent, window_ns, max_
             # Else a flush, and a FUA write, waits for the last write completed before it.
             if row - latest[2] <= max_back:
                 p2, d2 = latest[2], latest[3]
+        elif kind == 2 and latest[0] >= 0 and latest[0] != p1 and latest[1] > d1 \
+                and t - latest[1] <= window_ns and row - latest[0] <= max_back:
+            # hybrid: also the last completion of any process, just before this I/O
+            p2, d2 = latest[0], latest[1]
         if p1 < 0 and p2 >= 0:
             p1, d1, p2, d2 = p2, d2, -1, -1
         parent[k] = row - p1 if p1 >= 0 else 0
@@ -169,11 +176,12 @@ class Annotator:
     """Annotates a trace chunk by chunk, in order: `add(chunk)` returns the chunk's parent,
     parent2 (int32 rows back, 0: none) and think_ns (int64) columns."""
 
-    def __init__(self, heuristic: str = DEFAULT_HEURISTIC, window_ns: int = DEFAULT_WINDOW_NS,
+    def __init__(self, heuristic: str = DEFAULT_HEURISTIC, window_ns: int | None = None,
                  max_back: int = MAX_BACK):
         if heuristic not in HEURISTICS:
             raise ValueError(f"unknown heuristic {heuristic!r}: use one of {', '.join(HEURISTICS)}")
-        self.heuristic, self.window_ns, self.max_back = heuristic, int(window_ns), int(max_back)
+        self.heuristic, self.max_back = heuristic, int(max_back)
+        self.window_ns = int(WINDOWS_NS[heuristic] if window_ns is None else window_ns)
         self.state = new_state()
         self.rows = 0
 
@@ -186,13 +194,13 @@ class Annotator:
         group = groups_of(np.asarray(chunk["pid"]), chunk.get("comm"))
         annotate_kernel(self.rows, np.asarray(chunk["ts_ns"], np.int64), np.asarray(chunk["op"], np.uint8),
                         np.asarray(chunk["latency_ns"], np.int64), group, flags,
-                        self.heuristic == "recent", self.window_ns, self.max_back, *self.state,
+                        list(HEURISTICS).index(self.heuristic), self.window_ns, self.max_back, *self.state,
                         out["parent"], out["parent2"], out["think_ns"])
         self.rows += n
         return out
 
 
-def annotate(columns: dict, heuristic: str = DEFAULT_HEURISTIC, window_ns: int = DEFAULT_WINDOW_NS) -> dict:
+def annotate(columns: dict, heuristic: str = DEFAULT_HEURISTIC, window_ns: int | None = None) -> dict:
     """The whole annotation of an in-memory trace (columns as numpy arrays)."""
     return Annotator(heuristic, window_ns).add(columns)
 
@@ -221,7 +229,7 @@ PERCENTILES = (50.0, 90.0, 99.0)
 _THINK_BINS = np.concatenate([[0], np.logspace(2, 11, 271)]).astype(np.int64)  # 100 ns .. 100 s
 
 
-def summarise(trace, heuristic: str = DEFAULT_HEURISTIC, window_ns: int = DEFAULT_WINDOW_NS,
+def summarise(trace, heuristic: str = DEFAULT_HEURISTIC, window_ns: int | None = None,
               rows: int | None = None) -> CausalSummary | None:
     """The annotation of a TraceFile summarised (streaming); None when it cannot be annotated."""
     if any(c not in trace.column_names for c in REQUIRED):

@@ -352,3 +352,15 @@ def test_the_verdict_gives_a_causal_replays_run_time_in_application_terms(tmp_pa
     _causal_results(tmp_path / "b" / "oltp.parquet", "oltp", MS // 2, mode="original")
     with pytest.raises(VerdictError, match="causal timing on one target only"):
         verdict([sa], [sb], [tmp_path / "a"], [tmp_path / "b"])
+
+
+def test_hybrid_also_waits_for_another_process_completed_just_before():
+    # A client writes (done at 100); the journal thread commits (110 to 200); the client's
+    # next I/O, at 205, came after the commit it waited for in fsync, not 105 ns of its own.
+    cols = {"ts_ns": np.array([0, 110, 205], np.int64), "op": np.array([Op.WRITE, Op.WRITE, Op.READ], np.uint8),
+            "latency_ns": np.array([100, 90, 10], np.int64), "pid": np.array([1, 9, 1], np.int32),
+            "comm": np.array(["app", "jbd2/sda-8", "app"], dtype=object), "flags": np.array([0, 2, 0], np.uint8)}
+    a = causal.annotate(cols, "chains")
+    assert list(a["parent"]) == [0, 1, 2] and list(a["parent2"]) == [0, 0, 0] and a["think_ns"][2] == 105
+    a = causal.annotate(cols, "hybrid")
+    assert list(a["parent"]) == [0, 1, 2] and list(a["parent2"]) == [0, 0, 1] and a["think_ns"][2] == 5

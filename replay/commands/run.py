@@ -29,6 +29,7 @@ class Timing(str, Enum):
 class Heuristic(str, Enum):
     chains = "chains"
     recent = "recent"
+    hybrid = "hybrid"
 
 
 class Remap(str, Enum):
@@ -98,7 +99,7 @@ def run(
     afap: Annotated[bool, typer.Option("--afap", help="Ignore the trace's timing and issue as fast as possible with --qd I/Os in flight.")] = False,
     timing: Annotated[Optional[Timing], typer.Option(help="original: each I/O at its captured time over --speed (the default); afap: as --afap; causal: each I/O when the I/Os it waited for in the capture have completed on TARGET, plus the application's own time in between, so the replay runs as the application would on TARGET (needs a trace with pid and latency_ns, as replay capture makes).", show_default=False)] = None,
     think_scale: Annotated[float, typer.Option(help="With --timing causal: multiply the application's own time between I/Os by this (0.5: a CPU twice as fast).")] = 1.0,
-    heuristic: Annotated[Heuristic, typer.Option(help="With --timing causal: how each I/O's parents are inferred: chains (the last completion of its own process; writeback and journal threads each one process) or recent (the last completion of any process within 1 ms before it).")] = Heuristic.chains,
+    heuristic: Annotated[Heuristic, typer.Option(help="With --timing causal: how each I/O's parents are inferred: chains (the last completion of its own process; writeback and journal threads each one process) recent (the last completion of any process within 1 ms before it), or hybrid (chains, and the last completion of any process within 10 ms before it when later than the chain's).")] = Heuristic.chains,
     qd: Annotated[int, typer.Option(help="I/Os in flight with --afap, from 1 to 32768 (the engine's limit).")] = 32,
     max_inflight: Annotated[int, typer.Option(help="With original timing, the most I/Os in flight, from 1 to 32768; when the target falls behind, I/Os wait and their lateness is recorded.")] = 1024,
     workers: Annotated[int, typer.Option(help="Spread the I/Os over this many threads, each with its own engine and --qd/--max-inflight (row i goes to worker i mod N): the reviews' '32 threads at QD1' is --afap --workers 32 --qd 1. From 1 to 256: each worker holds up to 17 MB of buffers, and more workers than that only take turns on the CPUs.")] = 1,
