@@ -110,8 +110,10 @@ def annotate_kernel(base, ts, op, latency, group, flags, kind, window_ns, max_ba
         p2 = -1
         d2 = -1
         barrier = False
-        if op[k] == 3 and len(heap) == 0 and row > 0 and latest[0] >= 0:
-            # A flush issued with nothing in flight waits for every earlier I/O.
+        if op[k] == 3 and len(heap) == 0 and latest[0] >= 0 and group[k] not in last_row:
+            # A process whose first I/O is a flush, issued with nothing in flight, flushes
+            # what others wrote (sync after cp): it waits for every earlier I/O. One that
+            # wrote before (fdatasync of its own writes) waits for its chain and last write.
             barrier = True
             d2 = latest[1]
         elif (op[k] == 3 or (op[k] == 1 and flags[k] & 2)) and latest[2] >= 0 and latest[2] != p1:
