@@ -174,7 +174,7 @@ class HostActor:
         import ray
 
         return {"hostname": platform.node(), "node_id": ray.get_runtime_context().get_node_id(),
-                "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+                "ip": ray.util.get_node_ip_address(), "pid": os.getpid(), "workdir": str(self.dir)}
 
     def clock(self) -> int:
         return time.monotonic_ns()
@@ -404,7 +404,10 @@ def _collect(ray, actors, outcomes, output_dir, echo) -> bool:
             try:
                 got = ray.get(ref)
             except ray.exceptions.RayError as e:
-                o.error = f"host {o.name} ({o.node.get('ip', '?')}) died mid-run: {str(e).strip().splitlines()[0]}"
+                o.error = (f"host {o.name} ({o.node.get('ip', '?')}) died mid-run: "
+                           f"{str(e).strip().splitlines()[0]}; the rows it journaled may be left in "
+                           f"{o.node.get('workdir', 'its temporary directory')} on that host "
+                           "(`replay recover` turns the .partial file there into results)")
                 echo(o.error)
                 continue
             o.notices = got.get("notices", [])

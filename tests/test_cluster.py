@@ -4,10 +4,13 @@ host_a, host_b, ...) stands for the hosts. Library work as Ray tasks, and `repla
 with one actor per (host, target), each on its own node and loop device."""
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -256,6 +259,10 @@ def test_a_node_that_dies_mid_run_is_named_and_the_others_kept(ray_cluster, tmp_
     finally:
         if doomed is not None:
             ray_cluster.cluster.remove_node(doomed)
+        # What the dead host's actor had in its temporary directory (its share) is left on
+        # that host; here that host is this machine.
+        for leftover in Path(tempfile.gettempdir()).glob("tracereplay-d-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 @pytest.mark.parametrize("plan,message", [
