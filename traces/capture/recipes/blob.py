@@ -72,5 +72,5 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
             return (f"{DESCRIPTION} {knobs['clients']} clients, {length} over {knobs['populate_mb']} MiB of "
                     f"blobs, memory limited to {knobs['memory_mb']} MiB, {knobs['fs']} on the device.")
 
-        return s.capture(dev, output, command=cgroup.wrap(timed.wrap(outcome_file, mixed)), backend=backend,
+        return s.capture(dev, output, command=timed.wrap(outcome_file, cgroup.wrap(mixed)), backend=backend,
                          description=describe, on_start=on_start)

@@ -84,5 +84,5 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
             return (f"{DESCRIPTION} {s.provenance['source_folder']['files']} files, {knobs['size_mb']} MiB, "
                     f"memory limited to {knobs['memory_mb']} MiB, {knobs['fs']} on the device.")
 
-        return s.capture(dev, output, command=cgroup.wrap(timed.wrap(outcome_file, copy)), backend=backend,
+        return s.capture(dev, output, command=timed.wrap(outcome_file, cgroup.wrap(copy)), backend=backend,
                          description=describe, on_start=on_start)

@@ -126,7 +126,7 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
             return (f"{DESCRIPTION} {knobs['clients']} clients, scale {knobs['scale']}, {length}, memory "
                     f"limited to {knobs['memory_mb']} MiB, {knobs['fs']} on the device.")
 
-        return s.capture(dev, output, command=cgroup.wrap(timed.wrap(outcome_file, _as_postgres(bench))),
+        return s.capture(dev, output, command=timed.wrap(outcome_file, cgroup.wrap(_as_postgres(bench))),
                          backend=backend, description=describe, on_start=on_start)
 
 
