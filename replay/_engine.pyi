@@ -37,6 +37,12 @@ ChunkResult = tuple[
 ]
 
 @final
+class Progress:
+    """How far a run has got, shared with its engine thread."""
+
+    def completed(self) -> int:
+        """Rows completed so far, across every chunk pushed."""
+
 class Replayer:
     def __init__(
         self,
@@ -79,6 +85,9 @@ class Replayer:
         Raises ValueError for a bad argument, OSError (errno set) when the target cannot be
         opened, EngineSetupError when the engine cannot start.
         """
+    def progress(self) -> Progress:
+        """The run's progress, readable from any thread (even while `push` or `join`
+        waits, when the Replayer itself cannot be called)."""
     def start_at(self, start_ns: int) -> None:
         """Set the run's start to `start_ns` on the monotonic clock (time.monotonic_ns()):
         deadlines count from it and nothing is issued before it. Replaces the constructor's

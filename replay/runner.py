@@ -336,12 +336,11 @@ def _source(trace):
 
 class _Ticker:
     """Calls `progress(rows_done, rows_total, elapsed_s)` every PROGRESS_S seconds, from a
-    thread, from the start of the run to its end. The engine hands results back a chunk at a
-    time (65,536 rows), so between chunks, in timed mode, the rows whose intended time has
-    passed are counted as done; afap runs advance by chunks."""
+    thread, from the start of the run to its end, with the rows the engines have completed."""
 
-    def __init__(self, progress, merger, total, speed):
-        self.progress, self.merger, self.total, self.speed = progress, merger, total, speed
+    def __init__(self, progress, merger, total):
+        self.progress, self.merger, self.total = progress, merger, total
+        self._engines = [rep.progress() for rep in merger.reps]
         self.running = False
         self._stop = threading.Event()
         self._thread = None
@@ -366,26 +365,15 @@ class _Ticker:
             if self._stop.wait(PROGRESS_S):
                 return
 
-    def done(self, elapsed_ns: int) -> int:
-        # Read again when a chunk was written meanwhile, so it is not counted twice.
-        while True:
-            written = self.merger.done
-            # tuple() of a deque is taken whole under the GIL: no append can land half-way.
-            pending = tuple(self.merger.pending) if self.speed is not None else ()
-            if written == self.merger.done:
-                break
-        done = written
-        due = elapsed_ns * (self.speed or 0)
-        for chunk in pending:
-            ts = chunk["ts_ns"]
-            done += int(np.searchsorted(ts, due, side="right"))
-            if len(ts) and ts[-1] > due:
-                break
+    def done(self) -> int:
+        # The engines count the rows they completed, so progress moves between the chunks
+        # they hand back (65,536 rows, seconds of I/O on a slow drive).
+        done = max(self.merger.done, sum(p.completed() for p in self._engines))
         return done if self.total is None else min(done, self.total)
 
     def tick(self):
         elapsed_ns = max(time.monotonic_ns() - self._start_ns, 0)
-        self.progress(self.done(elapsed_ns), self.total, elapsed_ns / 1e9)
+        self.progress(self.done(), self.total, elapsed_ns / 1e9)
 
     def stop(self):
         self._stop.set()
@@ -686,7 +674,7 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     interrupted = time_up = False
     signum = None
     deadline = _Deadline(options.time_limit_s, stops)
-    ticker = _Ticker(progress, merger, scan.rows, None if options.afap else options.speed)
+    ticker = _Ticker(progress, merger, scan.rows)
     gc.disable()  # the run allocates few objects; collector passes only steal the engine's CPU
     annotator = None
     if options.causal:

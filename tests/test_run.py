@@ -678,3 +678,23 @@ def test_a_run_whose_ios_fail_exits_3_naming_them_and_counts_no_iops(tmp_path, f
     assert report["errors"] == failed and report["errors_by_errno"] == {"ENOSPC": failed}
     # IOPS count the writes that landed, not the failed ones.
     assert report["iops"] * report["duration_ns"] / 1e9 == pytest.approx(8 - failed)
+
+
+def test_the_engine_counts_completed_rows_between_chunks():
+    # Progress used to move only when the engine handed back a whole chunk (65,536 rows:
+    # seconds of I/O on a slow drive, or the whole of a short --afap run).
+    from replay import _engine
+
+    n = 20_000
+    rep = _engine.Replayer(None, engine="null", afap=True, depth=1, service_ns=100_000)
+    rep.push(np.zeros(n, np.int64), np.zeros(n, np.uint8), np.arange(n, dtype=np.int64) * 4096,
+             np.full(n, 4096, np.int64))
+    rep.close()
+    progress, seen = rep.progress(), []
+    while (got := rep.take(block=False)) is None:
+        seen.append(progress.completed())
+        time.sleep(0.05)
+    rep.join()
+    assert got[4] == n and progress.completed() == n
+    between = sorted({c for c in seen if 0 < c < n})
+    assert len(between) >= 3, seen  # it moved while the chunk was still in the engine

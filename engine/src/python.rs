@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -58,6 +58,8 @@ pub struct Replayer {
     /// The run's start on the monotonic clock, or START_UNSET: read by the engine thread when
     /// the first chunk arrives.
     start: Arc<AtomicI64>,
+    /// Rows completed so far (the engine thread stores it after every enter).
+    completed: Arc<AtomicU64>,
     thread: Option<JoinHandle<RunOutcome>>,
     next_base: u64,
     /// A chunk has gone to the engine thread (which then fixes the start).
@@ -75,6 +77,21 @@ fn open_target(path: &str, writable: bool, direct: bool, is_block: bool) -> io::
     let direct = if direct { libc::O_DIRECT } else { 0 };
     let exclusive = if is_block && writable { libc::O_EXCL } else { 0 };
     OpenOptions::new().read(true).write(writable).custom_flags(direct | exclusive).open(path)
+}
+
+/// How far a run has got, shared with its engine thread.
+#[pyclass(module = "replay._engine", frozen)]
+pub struct Progress {
+    completed: Arc<AtomicU64>,
+}
+
+#[pymethods]
+impl Progress {
+    /// Rows completed so far, across every chunk pushed: progress between the chunks that
+    /// `take` returns.
+    fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Relaxed)
+    }
 }
 
 #[pymethods]
@@ -161,10 +178,12 @@ impl Replayer {
         let stop_flag = Arc::clone(&stop);
         let start = Arc::new(AtomicI64::new(start_ns.unwrap_or(START_UNSET)));
         let start_flag = Arc::clone(&start);
+        let completed = Arc::new(AtomicU64::new(0));
+        let completed_count = Arc::clone(&completed);
         let thread = spawn_without_signals(std::thread::Builder::new().name("replay-engine".into()), move || {
                 crate::clock::set_precise_timer_slack();
                 let mut eng = eng;
-                let summary = run(eng.as_mut(), &bufs, mode, depth, &start_flag, in_rx, out_tx, &stop_flag, &Monotonic);
+                let summary = run(eng.as_mut(), &bufs, mode, depth, &start_flag, in_rx, out_tx, &stop_flag, &completed_count, &Monotonic);
                 // Order matters: the engine (its ring, its threads) goes before the buffers
                 // it points into and the file it uses.
                 drop(eng);
@@ -173,7 +192,13 @@ impl Replayer {
                 summary
             })
             .map_err(|e| os_error("cannot start the engine thread", e))?;
-        Ok(Self { input: Some(in_tx), output: Mutex::new(out_rx), stop, start, thread: Some(thread), next_base: 0, pushed: false, max_length, causal })
+        Ok(Self { input: Some(in_tx), output: Mutex::new(out_rx), stop, start, completed, thread: Some(thread), next_base: 0, pushed: false, max_length, causal })
+    }
+
+    /// The run's progress, readable from any thread: `push` and `join` hold the Replayer
+    /// itself while they wait, so another thread could not call a method on it then.
+    fn progress(&self) -> Progress {
+        Progress { completed: Arc::clone(&self.completed) }
     }
 
     /// Set the run's start, `start_ns` on the monotonic clock (time.monotonic_ns()): the
@@ -330,6 +355,7 @@ impl Drop for Replayer {
 #[pymodule]
 fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Replayer>()?;
+    m.add_class::<Progress>()?;
     m.add("EngineSetupError", m.py().get_type::<EngineSetupError>())?;
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::Duration;
 
@@ -408,6 +408,7 @@ impl<C: Clock> Core<'_, C> {
 /// (then in-flight I/Os are reaped and the unissued rest is returned marked). Times in the
 /// results are relative to the start: `start`'s value on `clock` if it is not START_UNSET
 /// when the first chunk arrives (several runs in parallel share one start), else that arrival.
+/// `completed` counts the rows completed so far, for progress.
 #[allow(clippy::too_many_arguments)]
 pub fn run<C: Clock>(
     engine: &mut dyn Engine,
@@ -418,6 +419,7 @@ pub fn run<C: Clock>(
     input: Receiver<Chunk>,
     output: Sender<ChunkResult>,
     stop: &AtomicBool,
+    completed: &AtomicU64,
     clock: &C,
 ) -> io::Result<Summary> {
     engine.start()?;
@@ -495,6 +497,8 @@ pub fn run<C: Clock>(
             stopping = true;
             core.inflight = 0;
         }
+        // For progress: one relaxed store per enter, read by Python a few times a second.
+        completed.store(core.rows_issued - core.inflight as u64, Ordering::Relaxed);
         if !core.retire(&output) {
             stopping = true; // nobody is listening any more
         }
@@ -538,7 +542,7 @@ mod tests {
         drop(tx);
         let (otx, orx) = channel();
         let stop = AtomicBool::new(false);
-        let summary = run(&mut NullEngine::new(depth), &bufs, mode, depth, &unset(), rx, otx, &stop, &Monotonic).unwrap();
+        let summary = run(&mut NullEngine::new(depth), &bufs, mode, depth, &unset(), rx, otx, &stop, &AtomicU64::new(0), &Monotonic).unwrap();
         (orx.into_iter().collect(), summary)
     }
 
@@ -610,7 +614,7 @@ mod tests {
         let start = now_ns() + 20_000_000;
         let at = AtomicI64::new(start);
         let summary =
-            run(&mut NullEngine::new(4), &bufs, Mode::Afap, 4, &at, rx, otx, &AtomicBool::new(false), &Monotonic).unwrap();
+            run(&mut NullEngine::new(4), &bufs, Mode::Afap, 4, &at, rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), &Monotonic).unwrap();
         assert_eq!(summary.start_ns, start);
         assert!(now_ns() >= start);
         let out: Vec<_> = orx.into_iter().collect();
@@ -639,7 +643,7 @@ mod tests {
         let start = unset();
         let summary = std::thread::scope(|s| {
             let h = s.spawn(|| {
-                run(&mut NullEngine::new(4), &bufs, Mode::Original { speed: 1.0 }, 4, &start, rx, otx, &stop, &Monotonic)
+                run(&mut NullEngine::new(4), &bufs, Mode::Original { speed: 1.0 }, 4, &start, rx, otx, &stop, &AtomicU64::new(0), &Monotonic)
             });
             std::thread::sleep(Duration::from_millis(100));
             stop.store(true, Ordering::Relaxed);
@@ -681,7 +685,7 @@ mod tests {
         drop(tx);
         let (otx, _orx) = channel();
         let mut e = Counting { inner: NullEngine::new(8), staged: 0, max: 0 };
-        run(&mut e, &bufs, Mode::Afap, 8, &unset(), rx, otx, &AtomicBool::new(false), &Monotonic).unwrap();
+        run(&mut e, &bufs, Mode::Afap, 8, &unset(), rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), &Monotonic).unwrap();
         assert_eq!(e.max, 8);
     }
 
@@ -746,7 +750,7 @@ mod tests {
         drop(tx);
         let (otx, orx) = channel();
         let mode = Mode::Original { speed: 2.0 };
-        run(&mut engine, &bufs, mode, 64, &unset(), rx, otx, &AtomicBool::new(false), &FakeClock(clock)).unwrap();
+        run(&mut engine, &bufs, mode, 64, &unset(), rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), &FakeClock(clock)).unwrap();
         let out: Vec<ChunkResult> = orx.into_iter().collect();
         let issue: Vec<i64> = out.iter().flat_map(|r| r.issue_ns.clone()).collect();
         let intended: Vec<i64> = out.iter().flat_map(|r| r.intended_ns.clone()).collect();
@@ -842,7 +846,7 @@ mod tests {
         let (otx, orx) = channel();
         let start = AtomicI64::new(clock.load(Ordering::Relaxed));
         let mode = Mode::Causal { speed, think_scale };
-        run(engine, &bufs, mode, 1024, &start, rx, otx, &AtomicBool::new(false), &FakeClock(Arc::clone(clock))).unwrap();
+        run(engine, &bufs, mode, 1024, &start, rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), &FakeClock(Arc::clone(clock))).unwrap();
         let out: Vec<ChunkResult> = orx.into_iter().collect();
         let col = |f: fn(&ChunkResult) -> &Vec<i64>| out.iter().flat_map(|r| f(r).clone()).collect::<Vec<i64>>();
         [col(|r| &r.intended_ns), col(|r| &r.issue_ns), col(|r| &r.complete_ns), col(|r| &r.result)]
