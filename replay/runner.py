@@ -49,7 +49,7 @@ class RunOptions:
     # completed on the target, plus its think time times `think_scale`; `heuristic` infers them.
     causal: bool = False
     think_scale: float = 1.0
-    heuristic: str = "chains"
+    heuristic: str = "hybrid"
     qd: int = 32
     max_inflight: int = 1024
     workers: int = 1

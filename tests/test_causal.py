@@ -133,7 +133,7 @@ def test_missing_pid_or_latency_is_refused_naming_the_column(tmp_path):
 def test_traces_show_reports_chains_roots_and_think_time():
     done = replay_cli("traces", "show", "blob")
     assert done.returncode == 0, done.stderr
-    assert "causal          chains:" in done.stdout and "think time      p50" in done.stdout
+    assert "causal          hybrid:" in done.stdout and "think time      p50" in done.stdout
     done = replay_cli("traces", "show", "demo")  # synthetic: no pid, no latency
     assert "causal          - (needs the pid and latency_ns columns" in done.stdout
 
@@ -236,7 +236,7 @@ def test_causal_replay_of_a_bundled_trace_keeps_every_row_and_records_the_mode(t
     done = replay_cli("run", "blob", "--engine", "null", "--timing", "causal", "-o", out, timeout=300)
     assert done.returncode == 0, done.stderr
     tf = open_trace(out)
-    assert tf.metadata["run"]["mode"] == "causal" and tf.metadata["run"]["heuristic"] == "chains"
+    assert tf.metadata["run"]["mode"] == "causal" and tf.metadata["run"]["heuristic"] == "hybrid"
     from traces.trace import read_trace
 
     cols, _ = read_trace(out)
@@ -278,7 +278,8 @@ def test_ctrl_c_in_a_causal_replay_keeps_every_completed_row(tmp_path):
     from traces.trace import read_trace
 
     out = tmp_path / "out.parquet"
-    with replay_process("run", "oltp", "--engine", "null", "--timing", "causal", "-o", out, cwd=tmp_path) as proc:
+    with replay_process("run", "oltp", "--engine", "null", "--timing", "causal", "--heuristic", "chains",
+                        "-o", out, cwd=tmp_path) as proc:
         wait_for(proc, lambda: glob.glob(f"{out}.*.partial"), "the run's start")
         time.sleep(3)
         proc.send_signal(signal.SIGINT)
