@@ -1,0 +1,248 @@
+"""Ground truth for causal replay: each recipe run for real (fixed work) on a fast and a slow
+drive, each capture replayed on the other drive with causal, original and as-fast-as-possible
+timing, and the replay's predicted application time set against the application's own run.
+
+    python bench/causal.py [--quick] [--json] [--repeat 2] [--workloads filecopy,blob,oltp,boot] [--dir DIR]
+
+The fast drive is a loop device over /dev/shm. The slow one is a direct-I/O loop device
+stacked on another one over /var/tmp, and the lower one is throttled in the root block cgroup
+(cgroup v1 blkio.throttle.*) to --riops/--wiops and --bps each way: every request to the
+slow drive, the kernel's writeback and journal included, waits for the lower device, so the
+slowness is the drive's own and a block trace of it sees it as request latency. (Throttling
+the traced device itself would hold bios back before they become requests: invisible to the
+trace, it would look like the application's own time.) Captures and real runs are kept in
+DIR and reused by later runs with the same DIR (delete them to measure again).
+"""
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+from bench import targets  # noqa: E402
+
+MIB = 1 << 20
+GIB = 1 << 30
+REPLAY = [sys.executable, "-c", "from replay.cli import main; main()"]
+BLKIO = Path("/sys/fs/cgroup/blkio")
+
+# Fixed work per recipe, small enough for a 2-core machine: (knobs, quick knobs).
+WORKLOADS = {
+    "filecopy": (["--size-mb", "384", "--memory-mb", "128"], ["--size-mb", "192", "--memory-mb", "128"]),
+    "blob": (["--ops", "2000", "--clients", "4", "--populate-mb", "256", "--memory-mb", "160"],
+             ["--ops", "400", "--clients", "4", "--populate-mb", "192", "--memory-mb", "160"]),
+    "oltp": (["--transactions", "800", "--seed", "1", "--clients", "4", "--scale", "8", "--memory-mb", "128",
+              "--shared-buffers-mb", "16"],
+             ["--transactions", "200", "--seed", "1", "--clients", "4", "--scale", "4", "--memory-mb", "128",
+              "--shared-buffers-mb", "16"]),
+    "boot": (["--timeout", "240"], ["--timeout", "240"]),
+}
+MODES = {"causal": ["--timing", "causal"], "original": [], "afap": ["--afap", "--qd", "32"]}
+
+
+@contextlib.contextmanager
+def root_throttle(device: str, riops: int, wiops: int, bps: int):
+    """Limit every I/O to `device` in the root blkio cgroup (v1), and lift the limits after."""
+    if not (BLKIO / "blkio.throttle.read_iops_device").exists():
+        raise SystemExit("this benchmark needs cgroup v1's blkio controller (root-level throttling "
+                         "of a device, the kernel's writeback included); it is not mounted here")
+    st = os.stat(device)
+    majmin = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    limits = {"read_iops": riops, "write_iops": wiops, "read_bps": bps, "write_bps": bps}
+    try:
+        for key, value in limits.items():
+            (BLKIO / f"blkio.throttle.{key}_device").write_text(f"{majmin} {value}")
+        yield limits
+    finally:
+        for key in limits:
+            with contextlib.suppress(OSError):
+                (BLKIO / f"blkio.throttle.{key}_device").write_text(f"{majmin} 0")
+
+
+@contextlib.contextmanager
+def stacked_loop(lower: str):
+    """A direct-I/O loop device over the block device `lower`, detached at the end."""
+    dev = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", lower], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    try:
+        yield dev
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def fio_7030(device: str) -> float:
+    """4 KiB random 70/30 at QD32 for 3 s: read + write IOPS."""
+    out = subprocess.run(["fio", "--name=r7030", f"--filename={device}", "--rw=randrw", "--rwmixread=70",
+                          "--bs=4k", "--iodepth=32", "--ioengine=io_uring", "--direct=1", "--runtime=3",
+                          "--time_based", "--size=256M", "--output-format=json"],
+                         capture_output=True, text=True, check=True).stdout
+    job = json.loads(out)["jobs"][0]
+    return job["read"]["iops"] + job["write"]["iops"]
+
+
+def replay(*args, check=True):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "160"}
+    print("$ replay " + " ".join(map(str, args)), flush=True)
+    done = subprocess.run([*REPLAY, *map(str, args)], capture_output=True, text=True, cwd=REPO, env=env)
+    if check and done.returncode != 0:
+        raise SystemExit(f"replay {args[0]} failed ({done.returncode}): {done.stderr.strip()[-800:]}")
+    return done
+
+
+def trace_facts(path: Path) -> dict:
+    """The application's elapsed time (recipe.outcome), the captured I/O's span, and where
+    the application started and ended on the trace's clock when the capture says."""
+    from traces.trace import open_trace, read_trace
+
+    tf = open_trace(path)
+    cols, meta = read_trace(path)
+    ts, lat = cols["ts_ns"], cols["latency_ns"]
+    done = ts + lat.clip(0)
+    outcome = meta["recipe"].get("outcome") or {}
+    elapsed = outcome.get("elapsed_s")
+    io_span = (int(done.max()) - int(ts.min())) / 1e9
+    facts = {"elapsed_s": elapsed, "io_span_s": io_span, "rows": tf.num_rows, "outcome": outcome}
+    t0 = meta["source"].get("start_monotonic_ns")
+    if t0 is not None and outcome.get("end_monotonic_ns") is not None:
+        start, end = outcome["start_monotonic_ns"] - t0, outcome["end_monotonic_ns"] - t0
+        before = np.flatnonzero(done <= end)
+        # The application's end waits for the last I/O completed before it, then its own time.
+        anchor = int(before[np.argmax(done[before])]) if len(before) else None
+        facts.update(app_start_ns=start, app_end_ns=end, anchor=anchor,
+                     tail_ns=None if anchor is None else end - int(done[anchor]), first_ts=int(ts[0]))
+    return facts
+
+
+def predict(facts: dict, results: Path) -> tuple[float, float]:
+    """(the replay's span, the application's elapsed time it predicts), in s. With the
+    application's start and end on the trace's clock, its end is placed after the replayed
+    completion of the I/O that completed last before it, plus the same tail of its own time
+    (the causal rule applied to the end); else the replay's span plus the time the
+    application ran outside its I/O on the capturing drive."""
+    from traces.trace import read_trace
+
+    cols, meta = read_trace(results)
+    ok = cols["complete_ns"] >= 0
+    span = (int(cols["complete_ns"][ok].max()) - int(np.min(cols["issue_ns"][ok]))) / 1e9
+    if facts.get("anchor") is None or meta.get("rows_done", len(ok)) != facts["rows"]:
+        return span, facts["elapsed_s"] - facts["io_span_s"] + span
+    # Replay time 0 is trace time 0 with original and causal timing; with afap it is the first I/O.
+    offset = facts["first_ts"] - int(cols["intended_ns"][0]) if meta["run"]["mode"] == "afap" else 0
+    end = int(cols["complete_ns"][facts["anchor"]]) + offset + facts["tail_ns"]
+    return span, (end - facts["app_start_ns"]) / 1e9
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smaller fixed work")
+    p.add_argument("--repeat", type=int, default=2, help="real runs per workload and drive (the noise)")
+    p.add_argument("--workloads", default="filecopy,blob,oltp",
+                   help="recipes to run (boot needs its image built once: several minutes)")
+    p.add_argument("--modes", default="causal,original,afap")
+    p.add_argument("--heuristics", default="hybrid,chains,recent", help="causal heuristics to compare")
+    p.add_argument("--size", type=int, default=2048, help="MiB per drive")
+    p.add_argument("--riops", type=int, default=4000)
+    p.add_argument("--wiops", type=int, default=4000)
+    p.add_argument("--bps", type=int, default=64, help="slow drive's MiB/s, each way")
+    p.add_argument("--dir", type=Path, help="keep captures and results here (and reuse them)")
+    p.add_argument("--capture-only", action="store_true", help="run the applications, replay nothing")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    a = p.parse_args(argv)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt  # so the drives and the throttle are removed on SIGTERM too
+
+    signal.signal(signal.SIGTERM, stop)
+    work = a.dir or Path(tempfile.mkdtemp(prefix="tracereplay-causal-"))
+    work.mkdir(parents=True, exist_ok=True)
+    workloads = [w for w in a.workloads.split(",") if w]
+    heuristics = [h for h in a.heuristics.split(",") if h]
+    size = a.size * MIB
+    table = []
+    with targets.shm_loop_device(size=size, span=64 * MIB) as fast, \
+            targets.loop_device(size=size, span=64 * MIB) as lower, \
+            root_throttle(lower, a.riops, a.wiops, a.bps * MIB) as limits, \
+            stacked_loop(lower) as slow:
+        drives = {"fast": fast, "slow": slow}
+        print(f"fast drive: {fast} (loop over /dev/shm)")
+        print(f"slow drive: {slow} (loop over {lower}, a loop over /var/tmp throttled in the root "
+              f"blkio cgroup: {limits})")
+        iops = {name: fio_7030(dev) for name, dev in drives.items()}
+        print(f"70/30 QD32: fast {iops['fast']:,.0f} IOPS, slow {iops['slow']:,.0f} IOPS: "
+              f"{iops['fast'] / iops['slow']:.1f}x", flush=True)
+        facts = {}
+        for w in workloads:
+            knobs = WORKLOADS[w][1 if a.quick else 0]
+            for name, dev in drives.items():
+                for r in range(a.repeat):
+                    out = work / "captures" / f"{w}-{name}-{r}.parquet"
+                    out.parent.mkdir(exist_ok=True)
+                    for attempt in range(3):  # a recipe's set-up step fails now and then (umount: busy)
+                        if out.exists():
+                            break
+                        done = replay("capture", "recipe", w, dev, "-o", out, "--destroy-data", *knobs,
+                                      check=attempt == 2)
+                        if done.returncode:
+                            print(f"  failed, again: {done.stderr.strip()[-300:]}", flush=True)
+                    facts[w, name, r] = trace_facts(out)
+                    f = facts[w, name, r]
+                    print(f"  {w} on {name} #{r}: {f['elapsed_s']:.2f} s, {f['rows']} I/Os over "
+                          f"{f['io_span_s']:.2f} s", flush=True)
+        if a.capture_only:
+            return
+        for w in workloads:
+            for src, dst in (("fast", "slow"), ("slow", "fast"), ("fast", "fast"), ("slow", "slow")):
+                trace = work / "captures" / f"{w}-{src}-0.parquet"
+                reals = [facts[w, dst, r]["elapsed_s"] for r in range(a.repeat)]
+                real = statistics.mean(reals)
+                runs = [(m, None) for m in a.modes.split(",") if m and m != "causal"]
+                if "causal" in a.modes.split(","):
+                    runs = [("causal", h) for h in heuristics] + runs
+                if src == dst:
+                    runs = [r for r in runs if r[0] == "causal"]
+                for mode, heuristic in runs:
+                    label = mode if heuristic is None else f"{mode}:{heuristic}"
+                    res = work / "replays" / f"{w}-{src}-on-{dst}-{label.replace(':', '-')}.parquet"
+                    res.parent.mkdir(exist_ok=True)
+                    if not res.exists():
+                        extra = ["--heuristic", heuristic] if heuristic else []
+                        replay("run", trace, drives[dst], *MODES[mode], *extra, "--remap", "wrap",
+                               "--destroy-data", "-o", res)
+                    span, predicted = predict(facts[w, src, 0], res)
+                    noise = (max(reals) - min(reals)) / real if len(reals) > 1 else None
+                    table.append({"workload": w, "captured": src, "replayed": dst, "mode": label,
+                                  "replay_span_s": span, "predicted_s": predicted,
+                                  "real_s": real, "real_runs_s": reals, "noise": noise,
+                                  "error": (predicted - real) / real})
+    doc = json.dumps({"iops_7030_qd32": iops, "limits": limits, "rows": table}, indent=2)
+    (work / "ground_truth.json").write_text(doc)
+    if a.json:
+        print(doc)
+        return
+    print()
+    print(f"{'workload':<9} {'direction':<13} {'mode':<15} {'predicted':>9} {'real':>8} {'error':>7}  noise")
+    for row in table:
+        noise = "-" if row["noise"] is None else f"{100 * row['noise']:.0f}%"
+        print(f"{row['workload']:<9} {row['captured'] + ' -> ' + row['replayed']:<13} {row['mode']:<15} "
+              f"{row['predicted_s']:>8.2f}s {row['real_s']:>7.2f}s {100 * row['error']:>+6.0f}%  {noise}")
+    cross = [r for r in table if r["captured"] != r["replayed"]]
+    print()
+    for mode in dict.fromkeys(r["mode"] for r in cross):
+        errs = [abs(r["error"]) for r in cross if r["mode"] == mode]
+        print(f"mean |error| {mode:<15} {100 * statistics.mean(errs):5.1f}%  (max {100 * max(errs):.0f}%)")
+    print(f"results in {work / 'ground_truth.json'}")
+
+
+if __name__ == "__main__":
+    main()
