@@ -305,7 +305,12 @@ def test_reuse_table_compaction_keeps_distances_exact():
     tree = np.zeros(64, np.int64)
     state = np.array([0, 1 << ch.SHARDS_BITS, 16, 0, -1, 0], np.int64)
     hist = np.zeros(ch.N_BINS, np.int64)
-    ch.reuse_kernel(blocks << 12, np.full(1000, 4096, np.int64), 12, last, tree, state, hist)
+    # Read-only columns, as characterise passes them from Arrow: the one specialisation. Two
+    # processes compiling different ones at once can swap them in Numba's on-disk cache,
+    # whose files are numbered per specialisation (a fresh-clone CI run read wrong distances).
+    offset, length = blocks << 12, np.full(1000, 4096, np.int64)
+    offset.flags.writeable = length.flags.writeable = False
+    ch.reuse_kernel(offset, length, 12, last, tree, state, hist)
     reference = reuse_reference(blocks.tolist())
     warm = [d for d in reference if d is not None]
     assert state[3] == len(reference) - len(warm)
