@@ -1,13 +1,13 @@
 """Does a multi-host replay add lateness? p99 issue error (issue - intended) of each host of a
 `replay run --plan` run against a one-host replay of the same share on the same target, as a
-ratio (the issue asks for within 10 %). The hosts are Ray nodes on 127.0.0.1 (a head and one
+ratio, the median of alternating pairs (the issue asks for within 10 %). The hosts are Ray nodes on 127.0.0.1 (a head and one
 more node, started here and shut down after), each replaying to its own file; as they share
 this machine's cores, the one-host replays of the two shares run at the same time too, by
-plain `replay run` processes, before and after the multi-host run.
+plain `replay run` processes, alternating with the multi-host runs.
 
 Usage: python bench/multihost_lateness.py [--quick] [--json PATH] [--iops N] [--seconds S]
-       [--engine E]
-(default 2,000 IOPS per host for 20 s; --quick 10 s).
+       [--engine E] [--reps N]
+(default 2,000 IOPS per host for 20 s, 5 pairs; --quick 10 s, 3 pairs).
 """
 import json
 import os
@@ -41,9 +41,11 @@ def main():
     parser = harness_parser(__doc__)
     parser.add_argument("--iops", type=int, default=2000, help="I/Os per second per host")
     parser.add_argument("--seconds", type=float, help="trace length (default 20, quick 10)")
+    parser.add_argument("--reps", type=int, default=None, help="alternating pairs (default 5, quick 3)")
     parser.add_argument("--engine", default=None, help="engine for every replay (default: the runner's)")
     args = parser.parse_args()
     seconds = args.seconds or (10 if args.quick else 20)
+    args.reps = args.reps or (3 if args.quick else 5)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on loopback
     from ray.cluster_utils import Cluster
 
@@ -78,7 +80,7 @@ def main():
             engine = ["--engine", args.engine] if args.engine else []
             cols, meta = read_trace(trace)
 
-            def alone(when):
+            def alone(rep):
                 """Each host's share replayed on its target by a plain `replay run`, both at
                 once as in the multi-host run (one machine: the same two cores are shared);
                 their p99 issue errors."""
@@ -89,39 +91,49 @@ def main():
                         write_trace(share, {k: v[cols["device"] == d] for k, v in cols.items()},
                                     {"name": f"share-{h}"})
                     procs[h] = subprocess.Popen([*CLI, "run", str(share), t, "-o",
-                                                 str(tmp / f"one-{h}-{when}.parquet"), *engine],
+                                                 str(tmp / f"one-{h}-{rep}.parquet"), *engine],
                                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 for h, proc in procs.items():
                     if proc.wait():
                         raise SystemExit(proc.stderr.read())
-                return {h: p99_late(tmp / f"one-{h}-{when}.parquet") for h in procs}
+                return {h: p99_late(tmp / f"one-{h}-{rep}.parquet") for h in procs}
 
-            # One-host runs before and after the multi-host one: the drift of a shared machine
-            # shows as the difference between them.
-            before = alone("before")
-            done = subprocess.run([*CLI, "run", str(trace), "--cluster", cluster.address, "--plan",
-                                   str(tmp / "plan.toml"), "-o", str(tmp / "run"), *engine],
-                                  capture_output=True, text=True)
-            if done.returncode:
-                raise SystemExit(done.stderr)
-            record = json.loads((tmp / "run" / "cluster.json").read_text())
-            after = alone("after")
+            # Alternate one-host and multi-host runs: a shared machine drifts, and only
+            # pairs taken side by side compare.
+            pairs, skews = {h: [] for h in "ab"}, []
+            for rep in range(args.reps):
+                solo = alone(rep)
+                out = tmp / f"run{rep}"
+                done = subprocess.run([*CLI, "run", str(trace), "--cluster", cluster.address, "--plan",
+                                       str(tmp / "plan.toml"), "-o", str(out), *engine],
+                                      capture_output=True, text=True)
+                if done.returncode:
+                    raise SystemExit(done.stderr)
+                record = json.loads((out / "cluster.json").read_text())
+                skews.append(record["start_skew_ns"])
+                for h in "ab":
+                    pairs[h].append((solo[h], p99_late(out / "hosts" / f"{h}.parquet")))
             rows = []
             for h in "ab":
-                multi = p99_late(tmp / "run" / "hosts" / f"{h}.parquet")
-                mean = (before[h] + after[h]) / 2
-                rows.append([h, f"{before[h] / 1e3:.1f}", f"{after[h] / 1e3:.1f}", f"{multi / 1e3:.1f}",
-                             f"{multi / mean:.2f}x"])
+                one, multi = np.array(pairs[h]).T
+                ratio = multi / one
+                # The noise: how far apart the one-host runs alone are, one from the next.
+                noise = one[1:] / one[:-1] if len(one) > 1 else np.ones(1)
+                rows.append([h, f"{np.median(one) / 1e3:.1f}", f"{np.median(multi) / 1e3:.1f}",
+                             f"{np.median(ratio):.2f}x", f"{ratio.min():.2f}-{ratio.max():.2f}x",
+                             f"{noise.min():.2f}-{noise.max():.2f}x"])
     finally:
         cluster.shutdown()
     print(f"{args.iops:,} IOPS per host for {seconds:.0f} s, 4 KiB 2:1 reads/writes on files in /var/tmp")
-    print(table(["host", "p99 late alone, before (us)", "after (us)", "multi-host (us)",
-                 "multi / mean alone"], rows))
-    print(f"start skew {record['start_skew_ns'] / 1e3:.0f} us; clock offsets "
+    print(f"medians of {args.reps} alternating pairs (one-host replays of both shares at once, then the "
+          "multi-host run)")
+    print(table(["host", "p99 late one-host (us)", "multi-host (us)", "multi / one-host", "range",
+                 "one-host / previous"], rows))
+    print(f"start skew {', '.join(f'{s / 1e3:.0f}' for s in skews)} us; last clock offsets "
           + ", ".join(f"{h['name']} {h['offset_ns'] / 1e3:+.0f} us (rtt {h['rtt_ns'] / 1e3:.0f} us)"
                       for h in record["hosts"]))
-    write_json(args.json, {"machine": machine(), "iops": args.iops, "seconds": seconds, "rows": rows,
-                           "start_skew_ns": record["start_skew_ns"]})
+    write_json(args.json, {"machine": machine(), "iops": args.iops, "seconds": seconds, "reps": args.reps,
+                           "rows": rows, "start_skew_ns": skews})
 
 
 if __name__ == "__main__":
