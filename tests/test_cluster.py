@@ -140,9 +140,9 @@ def test_three_hosts_replay_every_row_once_starting_together(ray_cluster, tmp_pa
     for d, name in enumerate("abc"):
         host = pq.read_table(out / "hosts" / f"{name}.parquet").to_pydict()
         assert set(host["device"]) == {d} and len(host["ts_ns"]) == 1500 == hosts[name]["rows"]
-    # They started together. Three engine threads spinning for the start on two cores take
-    # turns at the scheduler's pace (ms), so the 1 ms bound is checked with two hosts below.
-    assert record["start_skew_ns"] <= 10_000_000
+    # They started together: the bound. Three engine threads spin for the start on
+    # two cores here (7-314 us measured in 26 runs at load 1-2; once 6.3 ms at load 18).
+    assert record["start_skew_ns"] <= 1_000_000
     meta = pq.read_schema(out / "hosts" / "b.parquet").metadata[b"tracereplay"]
     assert json.loads(meta)["cluster"]["offset_ns"] == hosts["b"]["offset_ns"]
     # Host b's counts and bytes are those of a one-host replay of its share.
