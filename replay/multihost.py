@@ -12,6 +12,7 @@ DIR/cluster.json and DIR/run.parquet.
 The results: DIR/hosts/HOST.parquet per host, as `replay run` writes them, and DIR/run.parquet,
 every host's rows in one results file (what compare, report and verdict read as one run).
 """
+import contextlib
 import json
 import os
 import re
@@ -201,7 +202,7 @@ class HostActor:
                                     "output": str(self.output), "metadata": metadata}))
         self.proc = subprocess.Popen([sys.executable, "-m", "replay.multihost", str(spec)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     preexec_fn=_die_with_parent, cwd=self.dir)
+                                     preexec_fn=_prepare_child, cwd=self.dir)
         line = self.proc.stdout.readline().strip()
         if line != "ready":
             self.proc.wait()
@@ -232,13 +233,17 @@ class HostActor:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _die_with_parent():
+def _prepare_child():
     """In the child, before exec: end with the actor's process (a host that dies takes its
-    replay with it, and nothing is left writing to its target), and take SIGINT as Ctrl-C:
-    a Ray worker's threads block it, and a blocked or ignored signal stays so across exec."""
+    replay with it, and nothing is left writing to its target), take SIGINT as Ctrl-C (a Ray
+    worker's threads block it, and a blocked or ignored signal stays so across exec), and
+    run at nice 0: Ray starts its workers at nice 15, and a replay left there yields the CPU
+    to every other process on the host, Ray's own included."""
     import ctypes
 
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    with contextlib.suppress(PermissionError):  # lowering it needs root or RLIMIT_NICE
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -262,8 +267,13 @@ def _child(spec_path) -> int:
     start = json.loads(line)
     start_ns = int(start["start_ns"])
     metadata = spec["metadata"]
-    metadata["cluster"] = {**metadata.get("cluster", {}), **start["clock"], "start_local_ns": start_ns}
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    metadata["cluster"] = {**metadata.get("cluster", {}), **start["clock"], "start_local_ns": start_ns,
+                           "nice": nice}
     notices = []
+    if nice > 0:
+        notices.append(f"this host replays at nice {nice}, as Ray started its worker (lowering it needs root "
+                       "or a higher RLIMIT_NICE): other processes on the host go first, and lateness grows")
     try:
         outcome = replay(source, spec["target"], RunOptions(**spec["options"], start_ns=start_ns),
                          output=spec["output"], notices=notices, metadata=metadata)
