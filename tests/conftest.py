@@ -5,6 +5,7 @@ Loop tests need root and losetup; elsewhere they skip with that reason. CI is ro
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,15 @@ _why_no_root = "needs root (block device ioctls, mount)" if os.geteuid() != 0 el
 _why_no_loop = _why_no_root or (
     "needs losetup (Debian package mount)" if shutil.which("losetup") is None else None
 )
+
+
+def pytest_configure(config):
+    """The signal tests send SIGINT, SIGTERM and SIGHUP to runs. A shell that starts the suite
+    in the background (`make test &`, `nohup`) ignores SIGINT or SIGHUP, and an ignored signal
+    stays ignored in every process started from it: put back the dispositions a terminal gives."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def pytest_collection_modifyitems(items):
