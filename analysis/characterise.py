@@ -201,7 +201,17 @@ def _reuse_evict(last, tree, threshold):
         _fenwick_add(tree, last.pop(k), -1)
 
 
-@numba.njit(nogil=True, cache=True)
+# One eager signature: Numba's on-disk cache numbers each specialisation's file, and two
+# processes compiling different ones at once can swap them (read-only vs writable columns).
+_RO_I64 = types.Array(types.int64, 1, "A", readonly=True)
+_I64 = types.Array(types.int64, 1, "C")
+
+
+@numba.njit(
+    types.void(_RO_I64, _RO_I64, types.int64, types.DictType(types.int64, types.int64), _I64, _I64, _I64),
+    nogil=True,
+    cache=True,
+)
 def reuse_kernel(offset, length, block_shift, last, tree, state, hist):
     """SHARDS-sampled LRU stack distances of block accesses, in access order.
 
