@@ -156,7 +156,10 @@ def query(where, sql: str) -> tuple[list[str], list[tuple]]:
     con = duckdb.connect(":memory:")
     try:
         literal = str(path).replace("'", "''")
-        con.execute(f"CREATE VIEW catalog AS SELECT * FROM read_parquet('{literal}')")
+        con.execute(f"CREATE TABLE catalog AS SELECT * FROM read_parquet('{literal}')")
+        # The query only reads the catalog: no COPY TO, ATTACH, INSTALL or read of other files.
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
         try:
             cursor = con.execute(sql)
         except duckdb.Error as e:

@@ -1,0 +1,20 @@
+"""Inputs users give the newest features, each answered with one clear line."""
+import pytest
+
+from replay.errors import ReplayError
+from traces import catalog
+
+
+def test_a_catalog_query_cannot_write_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "catalog.parquet"
+    pq.write_table(pa.table({"path": ["a.parquet"]}), path)
+    assert catalog.query(path, "SELECT count(*) FROM catalog")[1] == [(1,)]
+    out = tmp_path / "copy.csv"
+    with pytest.raises(ReplayError, match="the query failed"):
+        catalog.query(path, f"COPY (SELECT 1) TO '{out}'")
+    assert not out.exists()
+    with pytest.raises(ReplayError, match="the query failed"):
+        catalog.query(path, "SET enable_external_access = true")
