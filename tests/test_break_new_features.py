@@ -10,7 +10,7 @@ def test_a_catalog_query_cannot_write_files(tmp_path):
     import pyarrow.parquet as pq
 
     path = tmp_path / "catalog.parquet"
-    pq.write_table(pa.table({"path": ["a.parquet"]}), path)
+    catalog.write_catalog([{"path": "a.parquet"}], path)
     assert catalog.query(path, "SELECT count(*) FROM catalog")[1] == [(1,)]
     out = tmp_path / "copy.csv"
     with pytest.raises(ReplayError, match="the query failed"):
@@ -18,3 +18,11 @@ def test_a_catalog_query_cannot_write_files(tmp_path):
     assert not out.exists()
     with pytest.raises(ReplayError, match="the query failed"):
         catalog.query(path, "SET enable_external_access = true")
+
+
+def test_a_trace_given_as_the_catalog_is_refused(tmp_path):
+    from pathlib import Path
+
+    trace = Path(__file__).parent.parent / "traces" / "demo.parquet"
+    with pytest.raises(ReplayError, match="not a catalog"):
+        catalog.query(trace, "SELECT 1")

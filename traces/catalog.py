@@ -142,6 +142,15 @@ def catalog_path(where) -> Path:
     path = where / CATALOG_NAME if where.is_dir() else where
     if not path.is_file():
         raise ReplayError(f"{path}: no catalog there; make one with `replay traces catalog DIR`")
+    import pyarrow.parquet as pq
+
+    try:
+        names = set(pq.read_schema(path).names)
+    except (OSError, pa.ArrowException):
+        names = set()
+    if "path" not in names or not names <= {f.name for f in CATALOG_SCHEMA}:
+        raise ReplayError(f"{path}: not a catalog (a trace or results file?); "
+                          "make one with `replay traces catalog DIR`")
     return path
 
 
