@@ -355,6 +355,26 @@ def test_the_verdict_gives_a_causal_replays_run_time_in_application_terms(tmp_pa
         verdict([sa], [sb], [tmp_path / "a"], [tmp_path / "b"])
 
 
+def test_a_causal_replay_that_finishes_in_the_same_time_says_so_in_a_sentence(tmp_path):
+    """An application paced by its own users (a rate, think time) runs as long on either
+    drive; the sentence says so in words, and how much less its I/Os waited."""
+    from analysis.verdict import verdict
+
+    for side in "ab":
+        (tmp_path / side).mkdir()
+    # 1,000 I/Os, each 1 ms on A and 0.5 ms on B after 100 ms of the application's own time:
+    # 100.999 s on A and 100.4995 s on B, 0.5 % apart; its I/Os wait 2x less on B.
+    _causal_results(tmp_path / "a" / "blob.parquet", "blob", MS, think_ns=100 * MS)
+    _causal_results(tmp_path / "b" / "blob.parquet", "blob", MS // 2, think_ns=100 * MS)
+    sa = _score_set(tmp_path / "mix-a", 1_000.0, tmp_path / "a" / "blob.parquet")
+    sb = _score_set(tmp_path / "mix-b", 16_000.0, tmp_path / "b" / "blob.parquet")
+    (w,) = verdict([sa], [sb], [tmp_path / "a"], [tmp_path / "b"], "slow", "fast").workloads
+    assert w.answer == "no"
+    assert w.sentence == ("fast is 16.00x faster than slow on 70/30 QD32 (32 workers x QD1); blob would "
+                          "finish within 5% of the same time on either (causal replay), though its I/Os "
+                          "wait 2.00x less on fast: the advantage does not show in its run time.")
+
+
 def test_hybrid_also_waits_for_another_process_completed_just_before():
     # A client writes (done at 100); the journal thread commits (110 to 200); the client's
     # next I/O, at 205, came after the commit it waited for in fsync, not 105 ns of its own.
