@@ -1,11 +1,12 @@
 """Two drives on one machine, end to end: a fast loop device over /dev/shm and a slow one over the
 local disk throttled by a private block cgroup; `replay bench mix` (or, where it is missing, a
-70/30 QD32 replay of a generated trace) and the bundled real traces on each (oltp and blob with
-their own timing, boot and filecopy as fast as possible, so their time to finish counts), then
-`replay verdict` and `replay report`. Prints the verdict; removes the devices, files and cgroup
-however it ends.
+70/30 QD32 replay of a generated trace) and the bundled real traces on each (by default with
+causal timing, so each one's time to finish is the application's predicted run time; --timed
+and --afap replay others with their own timing or as fast as possible), then `replay verdict`
+and `replay report`. Prints the verdict; removes the devices, files and cgroup however it ends.
 
-    python bench/two_drives.py [--quick] [--json PATH] [--riops 2000] [--keep DIR] [--timed oltp,blob] [--afap boot,filecopy]
+    python bench/two_drives.py [--quick] [--json PATH] [--riops 2000] [--keep DIR]
+        [--causal oltp,blob,boot,filecopy] [--timed T,...] [--afap T,...]
 
 --json PATH writes the drives' limits and the verdict (`replay verdict --json`) to PATH.
 """
@@ -53,12 +54,18 @@ def main(argv=None):
     p.add_argument("--bps", type=int, default=64, help="slow drive's MiB/s limit, each direction")
     p.add_argument("--keep", type=Path, help="keep the results and the report in this directory")
     p.add_argument("--json", metavar="PATH", type=Path, help="also write the limits and the verdict as JSON to PATH")
-    p.add_argument("--timed", default="oltp,blob",
-                   help="traces replayed with their own timing (comma-separated; default oltp,blob)")
-    p.add_argument("--afap", default="boot,filecopy",
-                   help="traces replayed as fast as possible at QD32, scored on time to finish "
-                        "(default boot,filecopy)")
+    p.add_argument("--causal", default="oltp,blob,boot,filecopy",
+                   help="traces replayed with causal timing, scored on the application's time to "
+                        "finish (comma-separated; default all four bundled captures)")
+    p.add_argument("--timed", default="", help="traces replayed with their own timing")
+    p.add_argument("--afap", default="",
+                   help="traces replayed as fast as possible at QD32, scored on time to finish")
     a = p.parse_args(argv)
+    modes = {"causal": ["--timing", "causal"], "timed": [], "afap": ["--afap"]}
+    runs = [(t, modes[m]) for m in modes for t in getattr(a, m).split(",") if t]
+    names = [t for t, _ in runs]
+    if len(set(names)) < len(names):
+        p.error("a trace can be replayed in one mode only: the verdict matches results by trace name")
     size = (256 if a.quick else a.size) * MIB
     work = a.keep or Path(tempfile.mkdtemp(prefix="tracereplay-two-drives-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -86,7 +93,6 @@ def main(argv=None):
             for name, dev, th in pair:
                 _replay(["run", mix, dev, "--afap", "--qd", "32", "--destroy-data",
                          "-o", work / f"{name}-mix.parquet"], th)
-        runs = [(t, []) for t in a.timed.split(",") if t] + [(t, ["--afap"]) for t in a.afap.split(",") if t]
         for name, dev, th in pair:
             (work / name).mkdir(exist_ok=True)
             for trace, mode in runs:
@@ -101,7 +107,7 @@ def main(argv=None):
     if a.json:
         a.json.write_text(json.dumps({
             "size_bytes": size, "slow_limits": {"riops": a.riops, "wiops": a.wiops, "mib_per_s": a.bps},
-            "bench_mix": bench, "timed": a.timed, "afap": a.afap,
+            "bench_mix": bench, "causal": a.causal, "timed": a.timed, "afap": a.afap,
             "verdict": json.loads(_replay([*verdict_args, "--json"]).stdout)}, indent=2) + "\n")
         print(f"figures written to {a.json}")
     inputs = [work / f"{side}-{synth}" for side in ("slow", "fast")]
