@@ -143,6 +143,38 @@ def predict(facts: dict, results: Path) -> tuple[float, float]:
     return span, (end - facts["app_start_ns"]) / 1e9
 
 
+def critical_path(trace: Path, results: Path, heuristic: str) -> dict:
+    """What a causal replay's span is made of: the chain of I/Os, each released by the parent
+    that completed last, back from the last completion; on it, the application's own time
+    (think), the device time replayed and captured, and the replayer's own delay in issuing
+    (lateness: its submission, which the capture counts inside the think time already)."""
+    from analysis.causal import BARRIER, annotate
+    from traces.trace import read_trace
+
+    cols, _ = read_trace(trace)
+    res, _ = read_trace(results)
+    ann = annotate(cols, heuristic)
+    rows = np.arange(len(cols["ts_ns"]))
+    parents = [np.where(ann[k] > 0, rows - ann[k], -1) for k in ("parent", "parent2")]
+    done = res["complete_ns"]
+    path, i = [], int(np.argmax(done))
+    while i >= 0:
+        path.append(i)
+        if ann["parent2"][i] == BARRIER:  # a flush after every earlier I/O
+            i = int(np.argmax(done[:i])) if i else -1
+        else:
+            i = max((int(p[i]) for p in parents), key=lambda j: done[j] if j >= 0 else -1)
+    path = np.array(path[::-1])
+    flush = cols["op"][path] == 3
+    replayed = done[path] - res["issue_ns"][path]
+    captured = cols["latency_ns"][path].clip(0)
+    return {"ios": len(path), "of": len(rows), "think_s": ann["think_ns"][path].sum() / 1e9,
+            "device_s": replayed.sum() / 1e9, "captured_device_s": captured.sum() / 1e9,
+            "flushes": int(flush.sum()), "flush_device_s": replayed[flush].sum() / 1e9,
+            "captured_flush_device_s": captured[flush].sum() / 1e9,
+            "late_s": (res["issue_ns"][path] - res["intended_ns"][path]).sum() / 1e9}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller fixed work")
@@ -224,7 +256,8 @@ def main(argv=None):
                     table.append({"workload": w, "captured": src, "replayed": dst, "mode": label,
                                   "replay_span_s": span, "predicted_s": predicted,
                                   "real_s": real, "real_runs_s": reals, "noise": noise,
-                                  "error": (predicted - real) / real})
+                                  "error": (predicted - real) / real,
+                                  "critical_path": critical_path(trace, res, heuristic) if heuristic else None})
     doc = json.dumps({"iops_7030_qd32": iops, "limits": limits, "rows": table}, indent=2)
     (work / "ground_truth.json").write_text(doc)
     if a.json:
@@ -236,6 +269,17 @@ def main(argv=None):
         noise = "-" if row["noise"] is None else f"{100 * row['noise']:.0f}%"
         print(f"{row['workload']:<9} {row['captured'] + ' -> ' + row['replayed']:<13} {row['mode']:<15} "
               f"{row['predicted_s']:>8.2f}s {row['real_s']:>7.2f}s {100 * row['error']:>+6.0f}%  {noise}")
+    print()
+    print("causal replays' critical paths (s): the application's own time, the device time replayed "
+          "(captured), flushes' part of it, and the replayer's lateness")
+    for row in table:
+        c = row["critical_path"]
+        if c is None or not row["mode"].endswith(":hybrid"):
+            continue
+        print(f"{row['workload']:<9} {row['captured'] + ' -> ' + row['replayed']:<13} {c['ios']:>6,} of "
+              f"{c['of']:>6,} I/Os  think {c['think_s']:6.3f}  device {c['device_s']:6.3f} "
+              f"({c['captured_device_s']:6.3f})  {c['flushes']:>5,} flushes {c['flush_device_s']:6.3f} "
+              f"({c['captured_flush_device_s']:6.3f})  late {c['late_s']:6.3f}")
     cross = [r for r in table if r["captured"] != r["replayed"]]
     print()
     for mode in dict.fromkeys(r["mode"] for r in cross):
