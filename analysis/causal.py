@@ -1,7 +1,8 @@
 """Dependencies and think time, inferred from a captured block trace, for causal replay.
 
-For each I/O: up to two parents (the I/Os it waited for, as rows back, 0 = none) and its
-think time (the application's own time between the last parent's completion and its issue).
+For each I/O: up to two parents (the I/Os it waited for, as rows back, 0 = none), its think
+time (the application's own time between the last parent's completion and its issue), and the
+op of that last parent, so a replayer can take its own time per hop off the think time.
 Streams by chunks with a small carried state, so a trace of any length is annotated in
 bounded memory, and the same trace always gives the same annotation.
 """
@@ -70,7 +71,7 @@ def groups_of(pid: np.ndarray, comm) -> np.ndarray:
     return group
 
 
-_PENDING = types.UniTuple(types.int64, 4)  # (done_ns, row, group, is_write)
+_PENDING = types.UniTuple(types.int64, 4)  # (done_ns, row, group, is_write | durable << 1 | op << 2)
 
 
 def new_state():
@@ -78,18 +79,20 @@ def new_state():
     heap = List.empty_list(_PENDING)
     last_row = Dict.empty(types.int64, types.int64)
     last_done = Dict.empty(types.int64, types.int64)
-    # [any row, any done, write row, write done, any durable]: the latest completions seen so
-    # far, and whether the latest was a journal, writeback, flush or FUA I/O
-    latest = np.full(5, -1, dtype=np.int64)
-    return heap, last_row, last_done, latest
+    last_op = Dict.empty(types.int64, types.int64)
+    # [any row, any done, write row, write done, any durable, any op]: the latest completions
+    # seen so far, whether the latest was a journal, writeback, flush or FUA I/O, and its op
+    latest = np.full(6, -1, dtype=np.int64)
+    return heap, last_row, last_done, last_op, latest
 
 
 @numba.njit(nogil=True, cache=True)
 def annotate_kernel(base, ts, op, latency, group, flags, kind, window_ns, max_back,
-                    heap, last_row, last_done, latest, parent, parent2, think):
+                    heap, last_row, last_done, last_op, latest, parent, parent2, think, from_op):
     """One chunk: rows base..base+len. Completions are replayed in time order from a heap of
     the rows in flight, so every parent completed no later than its child was issued.
-    parent2 is BARRIER for a flush that waits for every earlier row."""
+    parent2 is BARRIER for a flush that waits for every earlier row; from_op is the op of the
+    parent the think time runs from (-1: none)."""
     for k in range(len(ts)):
         row = base + k
         t = ts[k]
@@ -97,50 +100,55 @@ def annotate_kernel(base, ts, op, latency, group, flags, kind, window_ns, max_ba
             done, r, g, w = heapq_pop(heap)
             last_row[g] = r
             last_done[g] = done
-            latest[0], latest[1], latest[4] = r, done, (w >> 1) | np.int64(g < 0)
+            last_op[g] = w >> 2
+            latest[0], latest[1], latest[4], latest[5] = r, done, ((w >> 1) & 1) | np.int64(g < 0), w >> 2
             if w & 1:
                 latest[2], latest[3] = r, done
         p1 = -1
         d1 = -1
+        o1 = -1
         if kind == 1:  # recent
             if latest[0] >= 0 and t - latest[1] <= window_ns:
-                p1, d1 = latest[0], latest[1]
+                p1, d1, o1 = latest[0], latest[1], latest[5]
         else:
             g = group[k]
             if g in last_row:
-                p1, d1 = last_row[g], last_done[g]
+                p1, d1, o1 = last_row[g], last_done[g], last_op[g]
             elif latest[0] >= 0:
                 # A process's first I/O: it started after what completed last (a shell's
                 # `cp && sync`), not at a time of its own.
-                p1, d1 = latest[0], latest[1]
+                p1, d1, o1 = latest[0], latest[1], latest[5]
         if p1 >= 0 and row - p1 > max_back:
             p1 = -1
         p2 = -1
         d2 = -1
+        o2 = -1
         barrier = False
         if op[k] == 3 and len(heap) == 0 and latest[0] >= 0 and group[k] not in last_row:
             # A process whose first I/O is a flush, issued with nothing in flight, flushes
             # what others wrote (sync after cp): it waits for every earlier I/O. One that
             # wrote before (fdatasync of its own writes) waits for its chain and last write.
             barrier = True
-            d2 = latest[1]
+            d2, o2 = latest[1], latest[5]
         elif (op[k] == 3 or (op[k] == 1 and flags[k] & 2)) and latest[2] >= 0 and latest[2] != p1:
             # Else a flush, and a FUA write, waits for the last write completed before it.
             if row - latest[2] <= max_back:
-                p2, d2 = latest[2], latest[3]
+                p2, d2, o2 = latest[2], latest[3], 1
         elif kind == 2 and latest[0] >= 0 and latest[0] != p1 and latest[1] > d1 \
                 and t - latest[1] <= (DURABLE_WINDOW_NS if latest[4] else window_ns) \
                 and row - latest[0] <= max_back:
             # hybrid: also the last completion of any process, just before this I/O
-            p2, d2 = latest[0], latest[1]
+            p2, d2, o2 = latest[0], latest[1], latest[5]
         if p1 < 0 and p2 >= 0:
-            p1, d1, p2, d2 = p2, d2, -1, -1
+            p1, d1, o1, p2, d2, o2 = p2, d2, o2, -1, -1, -1
         parent[k] = row - p1 if p1 >= 0 else 0
         parent2[k] = BARRIER if barrier else (row - p2 if p2 >= 0 else 0)
         think[k] = t - max(d1, d2) if (p1 >= 0 or barrier) else 0
+        from_op[k] = (o2 if d2 > d1 else o1) if (p1 >= 0 or barrier) else -1
         if latency[k] >= 0:
             durable = op[k] == 3 or (op[k] == 1 and flags[k] & 2)
-            heapq_push(heap, (t + latency[k], row, group[k], np.int64(op[k] == 1) | (np.int64(durable) << 1)))
+            heapq_push(heap, (t + latency[k], row, group[k],
+                              np.int64(op[k] == 1) | (np.int64(durable) << 1) | (np.int64(op[k]) << 2)))
 
 
 @numba.njit(inline="always")
@@ -186,29 +194,41 @@ def heapq_pop(heap):
 
 class Annotator:
     """Annotates a trace chunk by chunk, in order: `add(chunk)` returns the chunk's parent,
-    parent2 (int32 rows back, 0: none) and think_ns (int64) columns."""
+    parent2 (int32 rows back, 0: none), think_ns (int64) and from_op (int8, the op of the
+    parent the think time runs from; -1: none) columns.
+
+    `host_ns[a, b]`, when given (replay.calibrate), is the replayer's own time between an op
+    `a` completing and an op `b` that waited for it reaching the device: its reaping and
+    submission, which the captured think time already holds as the application's own. It is
+    taken off each think time (down to 0), so a chain replays at the captured pace."""
 
     def __init__(self, heuristic: str = DEFAULT_HEURISTIC, window_ns: int | None = None,
-                 max_back: int = MAX_BACK):
+                 max_back: int = MAX_BACK, host_ns: np.ndarray | None = None):
         if heuristic not in HEURISTICS:
             raise ValueError(f"unknown heuristic {heuristic!r}: use one of {', '.join(HEURISTICS)}")
         self.heuristic, self.max_back = heuristic, int(max_back)
         self.window_ns = int(WINDOWS_NS[heuristic] if window_ns is None else window_ns)
+        self.host_ns = None if host_ns is None else np.asarray(host_ns, np.int64).reshape(4, 4)
         self.state = new_state()
         self.rows = 0
 
     def add(self, chunk: dict) -> dict:
         n = len(chunk["ts_ns"])
         out = {"parent": np.zeros(n, np.int32), "parent2": np.zeros(n, np.int32),
-               "think_ns": np.zeros(n, np.int64)}
+               "think_ns": np.zeros(n, np.int64), "from_op": np.zeros(n, np.int8)}
         flags = chunk.get("flags")
         flags = np.zeros(n, np.uint8) if flags is None else np.asarray(flags, np.uint8)
         group = groups_of(np.asarray(chunk["pid"]), chunk.get("comm"))
-        annotate_kernel(self.rows, np.asarray(chunk["ts_ns"], np.int64), np.asarray(chunk["op"], np.uint8),
+        op = np.asarray(chunk["op"], np.uint8)
+        annotate_kernel(self.rows, np.asarray(chunk["ts_ns"], np.int64), op,
                         np.asarray(chunk["latency_ns"], np.int64), group, flags,
                         list(HEURISTICS).index(self.heuristic), self.window_ns, self.max_back, *self.state,
-                        out["parent"], out["parent2"], out["think_ns"])
+                        out["parent"], out["parent2"], out["think_ns"], out["from_op"])
         self.rows += n
+        if self.host_ns is not None:
+            waits = out["from_op"] >= 0
+            cost = self.host_ns[out["from_op"][waits], op[waits]]
+            out["think_ns"][waits] = np.maximum(out["think_ns"][waits] - cost, 0)
         return out
 
 

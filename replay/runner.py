@@ -50,6 +50,9 @@ class RunOptions:
     causal: bool = False
     think_scale: float = 1.0
     heuristic: str = "hybrid"
+    # Causal timing on a block device, as root: take the replayer's own time per I/O, measured
+    # there first (replay.calibrate), off each think time.
+    calibrate: bool = True
     qd: int = 32
     max_inflight: int = 1024
     workers: int = 1
@@ -621,16 +624,32 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
         if options.dry_run:
             return RunOutcome(None, RunSummary(), False, tgt, 0, notices)
         output = Path(output) if output else default_output(source.stem, tgt)
+        host_ns = _host_costs(tgt, options, notices) if options.causal and options.calibrate else None
         return _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
-                    consumers, metadata or {})
+                    consumers, metadata or {}, host_ns)
     finally:
         if cleanup:
             cleanup()
 
 
+def _host_costs(tgt, options, notices):
+    """Causal timing: the replayer's own time per I/O on `tgt` (replay.calibrate), measured
+    before the target is opened; None where it cannot be."""
+    from replay import calibrate
+
+    if options.engine == "null":
+        return None
+    if not calibrate.can_calibrate(tgt.kind):
+        notices.append("causal timing: the replayer's own time per I/O is measured on a block device, as "
+                       "root; here each think time is replayed as captured, with the replayer's own "
+                       "submission added to it")
+        return None
+    return calibrate.host_costs(tgt.path, options.engine, notices)
+
+
 @_deferred_signals
 def _run(source, tgt, mapping, scan, options, output, writes, progress, notices, consumers,
-         extra, stops) -> RunOutcome:
+         extra, host_ns, stops) -> RunOutcome:
     # A run to a time limit (a generator with no end) has no row count to check.
     _check_room(output, None if options.time_limit_s else scan.rows)
     buf_length = max(4096, -(-source.buffer_length // 4096) * 4096 + 2 * tgt.logical_block_size)
@@ -644,7 +663,8 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
         "target": asdict(tgt),
         "run": {
             "engine": engine, "mode": "afap" if options.afap else "causal" if options.causal else "original",
-            **({"think_scale": options.think_scale, "heuristic": options.heuristic} if options.causal else {}),
+            **({"think_scale": options.think_scale, "heuristic": options.heuristic,
+                "host_cost_ns": None if host_ns is None else host_ns.tolist()} if options.causal else {}),
             "speed": options.speed, "qd": options.qd, "max_inflight": options.max_inflight,
             "workers": options.workers, "remap": mapping.mode, "read_only": options.read_only,
             "data": options.data, "direct": direct, "time_limit_s": options.time_limit_s,
@@ -680,7 +700,7 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     if options.causal:
         from analysis.causal import Annotator
 
-        annotator = Annotator(options.heuristic)
+        annotator = Annotator(options.heuristic, host_ns=host_ns)
     try:
         try:
             for chunk in _pieces(source.chunks(keep, options.chunk_rows), options, merger):

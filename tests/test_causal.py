@@ -413,3 +413,89 @@ def test_causal_replay_on_the_capturing_drive_reproduces_the_application_time(tm
     assert meta["run"]["mode"] == "causal"
     span = cols["complete_ns"].max() - cols["issue_ns"].min()
     assert abs(span - spans[0]) / spans[0] <= max(noise, 0.25), (span, spans)
+
+
+# -- the replayer's own time per hop, measured on the target and taken off think times -------
+
+def test_pair_costs_are_the_median_gap_after_each_op_pair():
+    from replay.calibrate import PATTERN, pair_costs
+    from traces.schema import Op
+
+    # A chain of the probe pattern where op b reaches the device `want[a, b]` ns after op a
+    # completed (plus 1 us of jitter on every fourth hop, which the median ignores).
+    want = {(a, b): 1_000 * (1 + 3 * a + b) for a in (0, 1, 3) for b in (0, 1, 3)}
+    op = np.tile(np.array(PATTERN, np.uint8), 20)
+    lat = np.full(len(op), 7_000, np.int64)
+    ts = np.zeros(len(op), np.int64)
+    for k in range(1, len(op)):
+        ts[k] = ts[k - 1] + lat[k - 1] + want[int(op[k - 1]), int(op[k])] + (1_000 if k % 4 == 0 else 0)
+    host = pair_costs(ts, op, lat)
+    for (a, b), gap in want.items():
+        assert host[a, b] == gap, (a, b)
+    assert (host[Op.DISCARD, :] == host[Op.WRITE, :]).all() and (host[:, Op.DISCARD] == host[:, Op.WRITE]).all()
+
+
+def test_host_costs_come_off_think_times_by_the_op_pair_never_below_zero():
+    # One process: a read (0-10), a write 50 after it completed, a flush 5 after the write:
+    # the flush's think (5) is less than the flush-after-write cost, so it becomes 0.
+    cols = {"ts_ns": np.array([0, 60, 75], np.int64), "op": np.array([0, 1, 3], np.uint8),
+            "latency_ns": np.array([10, 10, 10], np.int64), "pid": np.array([7, 7, 7], np.int32)}
+    plain = causal.annotate(cols, "chains")
+    assert list(plain["think_ns"]) == [0, 50, 5] and list(plain["from_op"]) == [-1, 0, 1]
+    host = np.zeros((4, 4), np.int64)
+    host[0, 1], host[1, 3], host[1, 1] = 20, 30, 99
+    adjusted = causal.Annotator("chains", host_ns=host).add(cols)
+    assert list(adjusted["think_ns"]) == [0, 30, 0]
+    assert list(adjusted["parent"]) == list(plain["parent"]) and list(adjusted["parent2"]) == list(plain["parent2"])
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_a_causal_replay_measures_the_replayers_own_time_per_io_on_a_block_device(tmp_path, loop_device):
+    from replay.runner import RunOptions, replay
+    from traces.schema import Op
+    from traces.trace import read_trace
+
+    dev = loop_device(64 << 20)
+    trace = tmp_path / "chain.parquet"
+    n = 300
+    rows = np.arange(n, dtype=np.int64)
+    write_trace(trace, {"ts_ns": rows * 200_000, "op": np.where(rows % 3 == 2, Op.WRITE, Op.READ).astype(np.uint8),
+                        "offset": rows * 4096, "length": np.full(n, 4096, np.int64),
+                        "latency_ns": np.full(n, 100_000, np.int64), "pid": np.ones(n, np.int32)},
+                {"name": "chain"})
+    notices = []
+    replay(trace, dev, RunOptions(causal=True, destroy_data=True), output=tmp_path / "r.parquet", notices=notices)
+    cols, meta = read_trace(tmp_path / "r.parquet")
+    host = np.array(meta["run"]["host_cost_ns"])
+    # Every pair of read, write and flush was measured: a real gap, above 0 and under 10 ms.
+    for a in (Op.READ, Op.WRITE, Op.FLUSH):
+        for b in (Op.READ, Op.WRITE, Op.FLUSH):
+            assert 0 < host[a, b] < 10_000_000, (a, b, host)
+    assert any("the replayer's own time per I/O on " + dev in n for n in notices), notices
+    # Each chained I/O is due at its parent's completion plus 100 us of think, less the cost.
+    parent_done = cols["complete_ns"][:-1]
+    cost = host[cols["op"][:-1], cols["op"][1:]]
+    assert (cols["intended_ns"][1:] == parent_done + np.maximum(100_000 - cost, 0)).all()
+    # Without calibration, the think time is replayed as captured.
+    replay(trace, dev, RunOptions(causal=True, destroy_data=True, calibrate=False), output=tmp_path / "p.parquet")
+    cols, meta = read_trace(tmp_path / "p.parquet")
+    assert meta["run"]["host_cost_ns"] is None
+    assert (cols["intended_ns"][1:] == cols["complete_ns"][:-1] + 100_000).all()
+
+
+def test_a_causal_replay_on_a_file_says_its_think_times_are_replayed_as_captured(tmp_path):
+    from replay.runner import RunOptions, replay
+    from traces.trace import read_trace
+
+    target = tmp_path / "t.img"
+    target.write_bytes(b"\0" * (4 << 20))
+    trace = tmp_path / "chain.parquet"
+    rows = np.arange(20, dtype=np.int64)
+    write_trace(trace, {"ts_ns": rows * 100_000, "op": np.zeros(20, np.uint8), "offset": rows * 4096,
+                        "length": np.full(20, 4096, np.int64), "latency_ns": np.full(20, 50_000, np.int64),
+                        "pid": np.ones(20, np.int32)}, {"name": "chain"})
+    notices = []
+    replay(trace, target, RunOptions(causal=True), output=tmp_path / "r.parquet", notices=notices)
+    assert read_trace(tmp_path / "r.parquet")[1]["run"]["host_cost_ns"] is None
+    assert any("replayed as captured" in n for n in notices), notices

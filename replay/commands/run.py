@@ -100,6 +100,7 @@ def run(
     timing: Annotated[Optional[Timing], typer.Option(help="original: each I/O at its captured time over --speed (the default); afap: as --afap; causal: each I/O when the I/Os it waited for in the capture have completed on TARGET, plus the application's own time in between, so the replay runs as the application would on TARGET (needs a trace with pid and latency_ns, as replay capture makes).", show_default=False)] = None,
     think_scale: Annotated[float, typer.Option(help="With --timing causal: multiply the application's own time between I/Os by this (0.5: a CPU twice as fast).")] = 1.0,
     heuristic: Annotated[Heuristic, typer.Option(help="With --timing causal: how each I/O's parents are inferred: chains (the last completion of its own process; writeback and journal threads each one process) recent (the last completion of any process within 1 ms before it), or hybrid, the default (chains, and the last completion of any process when later than the chain's and at most 2 ms before, 10 ms for a journal, writeback, flush or FUA I/O).")] = Heuristic.hybrid,
+    calibrate: Annotated[bool, typer.Option(help="With --timing causal on a block device, as root: first measure the replayer's own time per I/O there (a chain of 360 probe I/Os on its first 2 MiB, traced at the block layer) and take it off each think time, which the capture measured with the application's own submission in it.")] = True,
     qd: Annotated[int, typer.Option(help="I/Os in flight with --afap, from 1 to 32768 (the engine's limit).")] = 32,
     max_inflight: Annotated[int, typer.Option(help="With original timing, the most I/Os in flight, from 1 to 32768; when the target falls behind, I/Os wait and their lateness is recorded.")] = 1024,
     workers: Annotated[int, typer.Option(help="Spread the I/Os over this many threads, each with its own engine and --qd/--max-inflight (row i goes to worker i mod N): the reviews' '32 threads at QD1' is --afap --workers 32 --qd 1. From 1 to 256: each worker holds up to 17 MB of buffers, and more workers than that only take turns on the CPUs.")] = 1,
@@ -129,7 +130,8 @@ def run(
     options = RunOptions(speed=speed, afap=afap or timing == Timing.afap, qd=qd, max_inflight=max_inflight,
                          workers=workers, engine=engine and engine.value, remap=remap.value,
                          read_only=read_only, dry_run=dry_run, data=data, destroy_data=destroy_data,
-                         causal=timing == Timing.causal, think_scale=think_scale, heuristic=heuristic.value)
+                         causal=timing == Timing.causal, think_scale=think_scale, heuristic=heuristic.value,
+                         calibrate=calibrate)
     if plan is not None or cluster is not None:
         from replay.commands.cluster import run_on_cluster
 
