@@ -624,7 +624,7 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
         if options.dry_run:
             return RunOutcome(None, RunSummary(), False, tgt, 0, notices)
         output = Path(output) if output else default_output(source.stem, tgt)
-        host_ns = _host_costs(tgt, options, notices) if options.causal and options.calibrate else None
+        host_ns = _host_costs(tgt, options, writes, notices) if options.causal and options.calibrate else None
         return _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
                     consumers, metadata or {}, host_ns)
     finally:
@@ -632,12 +632,16 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
             cleanup()
 
 
-def _host_costs(tgt, options, notices):
+def _host_costs(tgt, options, writes, notices):
     """Causal timing: the replayer's own time per I/O on `tgt` (replay.calibrate), measured
     before the target is opened; None where it cannot be."""
     from replay import calibrate
 
     if options.engine == "null":
+        return None
+    if not writes:
+        notices.append("causal timing: this trace does not write, so the replayer's own time per I/O is "
+                       "not measured on the target (its probes write); think times are replayed as captured")
         return None
     if not calibrate.can_calibrate(tgt.kind):
         notices.append("causal timing: the replayer's own time per I/O is measured on a block device, as "

@@ -499,3 +499,28 @@ def test_a_causal_replay_on_a_file_says_its_think_times_are_replayed_as_captured
     replay(trace, target, RunOptions(causal=True), output=tmp_path / "r.parquet", notices=notices)
     assert read_trace(tmp_path / "r.parquet")[1]["run"]["host_cost_ns"] is None
     assert any("replayed as captured" in n for n in notices), notices
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_a_causal_replay_of_a_trace_that_only_reads_never_writes_probes(tmp_path, loop_device):
+    # The probes write the target's first 2 MiB; a trace that only reads was never cleared to
+    # write (a mounted or partitioned disk replays its reads), so nothing is measured.
+    from replay.runner import RunOptions, replay
+    from traces.trace import read_trace
+
+    dev = loop_device(8 << 20)
+    pattern = bytes(range(256)) * (8 << 12)
+    with open(dev, "r+b") as f:
+        f.write(pattern)
+    trace = tmp_path / "reads.parquet"
+    rows = np.arange(30, dtype=np.int64)
+    write_trace(trace, {"ts_ns": rows * 100_000, "op": np.zeros(30, np.uint8), "offset": rows * 4096,
+                        "length": np.full(30, 4096, np.int64), "latency_ns": np.full(30, 50_000, np.int64),
+                        "pid": np.ones(30, np.int32)}, {"name": "reads"})
+    notices = []
+    replay(trace, dev, RunOptions(causal=True), output=tmp_path / "r.parquet", notices=notices)
+    assert read_trace(tmp_path / "r.parquet")[1]["run"]["host_cost_ns"] is None
+    assert any("does not write" in n for n in notices), notices
+    with open(dev, "rb") as f:
+        assert f.read(len(pattern)) == pattern
