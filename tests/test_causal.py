@@ -449,6 +449,17 @@ def test_host_costs_come_off_think_times_by_the_op_pair_never_below_zero():
     assert list(adjusted["parent"]) == list(plain["parent"]) and list(adjusted["parent2"]) == list(plain["parent2"])
 
 
+def _chain_trace(path, op, step_ns=100_000, latency_ns=50_000):
+    """One process's chain of 4 KiB I/Os of `op` (an array), each issued `step_ns` after the one
+    before, which took `latency_ns`: think time step - latency."""
+    n = len(op)
+    rows = np.arange(n, dtype=np.int64)
+    write_trace(path, {"ts_ns": rows * step_ns, "op": np.asarray(op, np.uint8), "offset": rows * 4096,
+                       "length": np.full(n, 4096, np.int64), "latency_ns": np.full(n, latency_ns, np.int64),
+                       "pid": np.ones(n, np.int32)}, {"name": path.stem})
+    return path
+
+
 @pytest.mark.root
 @pytest.mark.loopdev
 def test_a_causal_replay_measures_the_replayers_own_time_per_io_on_a_block_device(tmp_path, loop_device):
@@ -457,13 +468,8 @@ def test_a_causal_replay_measures_the_replayers_own_time_per_io_on_a_block_devic
     from traces.trace import read_trace
 
     dev = loop_device(64 << 20)
-    trace = tmp_path / "chain.parquet"
-    n = 300
-    rows = np.arange(n, dtype=np.int64)
-    write_trace(trace, {"ts_ns": rows * 200_000, "op": np.where(rows % 3 == 2, Op.WRITE, Op.READ).astype(np.uint8),
-                        "offset": rows * 4096, "length": np.full(n, 4096, np.int64),
-                        "latency_ns": np.full(n, 100_000, np.int64), "pid": np.ones(n, np.int32)},
-                {"name": "chain"})
+    rows = np.arange(300)
+    trace = _chain_trace(tmp_path / "chain.parquet", np.where(rows % 3 == 2, Op.WRITE, Op.READ), 200_000, 100_000)
     notices = []
     replay(trace, dev, RunOptions(causal=True, destroy_data=True), output=tmp_path / "r.parquet", notices=notices)
     cols, meta = read_trace(tmp_path / "r.parquet")
@@ -490,11 +496,7 @@ def test_a_causal_replay_on_a_file_says_its_think_times_are_replayed_as_captured
 
     target = tmp_path / "t.img"
     target.write_bytes(b"\0" * (4 << 20))
-    trace = tmp_path / "chain.parquet"
-    rows = np.arange(20, dtype=np.int64)
-    write_trace(trace, {"ts_ns": rows * 100_000, "op": np.zeros(20, np.uint8), "offset": rows * 4096,
-                        "length": np.full(20, 4096, np.int64), "latency_ns": np.full(20, 50_000, np.int64),
-                        "pid": np.ones(20, np.int32)}, {"name": "chain"})
+    trace = _chain_trace(tmp_path / "chain.parquet", np.zeros(20))
     notices = []
     replay(trace, target, RunOptions(causal=True), output=tmp_path / "r.parquet", notices=notices)
     assert read_trace(tmp_path / "r.parquet")[1]["run"]["host_cost_ns"] is None
@@ -513,11 +515,7 @@ def test_a_causal_replay_of_a_trace_that_only_reads_never_writes_probes(tmp_path
     pattern = bytes(range(256)) * (8 << 12)
     with open(dev, "r+b") as f:
         f.write(pattern)
-    trace = tmp_path / "reads.parquet"
-    rows = np.arange(30, dtype=np.int64)
-    write_trace(trace, {"ts_ns": rows * 100_000, "op": np.zeros(30, np.uint8), "offset": rows * 4096,
-                        "length": np.full(30, 4096, np.int64), "latency_ns": np.full(30, 50_000, np.int64),
-                        "pid": np.ones(30, np.int32)}, {"name": "reads"})
+    trace = _chain_trace(tmp_path / "reads.parquet", np.zeros(30))
     notices = []
     replay(trace, dev, RunOptions(causal=True), output=tmp_path / "r.parquet", notices=notices)
     assert read_trace(tmp_path / "r.parquet")[1]["run"]["host_cost_ns"] is None
