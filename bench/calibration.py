@@ -7,7 +7,6 @@ causal replay of the bundled filecopy capture takes with and without it, alterna
 
 (--quick: one pair of runs per drive, the slow drive at 20,000 IOPS and 400 MiB/s.)
 """
-import json
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from _harness import machine, parser, write_json  # noqa: E402
 
 from bench import targets  # noqa: E402
+from traces.trace import open_trace  # noqa: E402
 
 MIB = 1 << 20
 CLI = [sys.executable, "-c", "from replay.cli import main; main()"]
@@ -53,9 +53,7 @@ def main():
                                    check=True, capture_output=True, cwd=REPO, **(th.popen_kwargs() if th else {}))
                     walls[calibrate].append(time.monotonic() - began)
                     if calibrate:
-                        import pyarrow.parquet as pq
-                        meta = json.loads(pq.read_schema(out).metadata[b"tracereplay"])
-                        costs.append(meta["run"]["host_cost_ns"])
+                        costs.append(open_trace(out).metadata["run"]["host_cost_ns"])
             rows.append((name, dev, costs, walls))
     print(f"causal replays of filecopy, {a.reps} alternating pairs per drive (slow: {a.riops:,} IOPS and "
           f"{bps // MIB} MiB/s in the replayer's cgroup)")
