@@ -26,6 +26,8 @@ WRITEBACK, JOURNAL = -1, -2
 
 # parent2 of a flush issued when nothing was in flight: it waits for every earlier I/O.
 BARRIER = -1
+# Completions remembered for a process that slept: the one it woke after is among them.
+RECENT = 64
 
 HEURISTICS = {
     "chains": "per-process chains: an I/O waits for the last I/O of its own process (writeback "
@@ -83,16 +85,21 @@ def new_state():
     # [any row, any done, write row, write done, any durable, any op]: the latest completions
     # seen so far, whether the latest was a journal, writeback, flush or FUA I/O, and its op
     latest = np.full(6, -1, dtype=np.int64)
-    return heap, last_row, last_done, last_op, latest
+    # the last RECENT completions as (done, row, group, op), a ring; recent_n: how many so far
+    recent = np.full((RECENT, 4), -1, dtype=np.int64)
+    recent_n = np.zeros(1, dtype=np.int64)
+    return heap, last_row, last_done, last_op, latest, recent, recent_n
 
 
 @numba.njit(nogil=True, cache=True)
-def annotate_kernel(base, ts, op, latency, group, flags, kind, window_ns, max_back,
-                    heap, last_row, last_done, last_op, latest, parent, parent2, think, from_op):
+def annotate_kernel(base, ts, op, latency, group, flags, woke, kind, window_ns, max_back,
+                    heap, last_row, last_done, last_op, latest, recent, recent_n,
+                    parent, parent2, think, from_op):
     """One chunk: rows base..base+len. Completions are replayed in time order from a heap of
     the rows in flight, so every parent completed no later than its child was issued.
     parent2 is BARRIER for a flush that waits for every earlier row; from_op is the op of the
-    parent the think time runs from (-1: none)."""
+    parent the think time runs from (-1: none). woke: when the row's process last woke from a
+    sleep since its previous I/O (-1: it did not sleep)."""
     for k in range(len(ts)):
         row = base + k
         t = ts[k]
@@ -104,6 +111,9 @@ def annotate_kernel(base, ts, op, latency, group, flags, kind, window_ns, max_ba
             latest[0], latest[1], latest[4], latest[5] = r, done, ((w >> 1) & 1) | np.int64(g < 0), w >> 2
             if w & 1:
                 latest[2], latest[3] = r, done
+            slot = recent_n[0] % RECENT
+            recent[slot, 0], recent[slot, 1], recent[slot, 2], recent[slot, 3] = done, r, g, w >> 2
+            recent_n[0] += 1
         p1 = -1
         d1 = -1
         o1 = -1
@@ -123,6 +133,7 @@ def annotate_kernel(base, ts, op, latency, group, flags, kind, window_ns, max_ba
         p2 = -1
         d2 = -1
         o2 = -1
+        slept = False
         barrier = False
         if op[k] == 3 and len(heap) == 0 and latest[0] >= 0 and group[k] not in last_row:
             # A process whose first I/O is a flush, issued with nothing in flight, flushes
@@ -134,6 +145,17 @@ def annotate_kernel(base, ts, op, latency, group, flags, kind, window_ns, max_ba
             # Else a flush, and a FUA write, waits for the last write completed before it.
             if row - latest[2] <= max_back:
                 p2, d2, o2 = latest[2], latest[3], 1
+        elif kind != 1 and woke[k] >= 0 and group[k] >= 0:
+            # The process slept since its last I/O: polling for what another process held (a
+            # lock). It waits for the other process's I/O that completed last before it woke,
+            # then its own time after waking; the rest of the sleep was the poll's interval.
+            for j in range(min(recent_n[0], RECENT)):
+                slot = (recent_n[0] - 1 - j) % RECENT
+                if recent[slot, 0] <= woke[k] and recent[slot, 2] != group[k]:
+                    if recent[slot, 0] > d1 and row - recent[slot, 1] <= max_back:
+                        p2, d2, o2 = recent[slot, 1], recent[slot, 0], recent[slot, 3]
+                        slept = True
+                    break
         elif kind == 2 and latest[0] >= 0 and latest[0] != p1 and latest[1] > d1 \
                 and t - latest[1] <= (DURABLE_WINDOW_NS if latest[4] else window_ns) \
                 and row - latest[0] <= max_back:
@@ -143,7 +165,7 @@ def annotate_kernel(base, ts, op, latency, group, flags, kind, window_ns, max_ba
             p1, d1, o1, p2, d2, o2 = p2, d2, o2, -1, -1, -1
         parent[k] = row - p1 if p1 >= 0 else 0
         parent2[k] = BARRIER if barrier else (row - p2 if p2 >= 0 else 0)
-        think[k] = t - max(d1, d2) if (p1 >= 0 or barrier) else 0
+        think[k] = t - woke[k] if slept else t - max(d1, d2) if (p1 >= 0 or barrier) else 0
         from_op[k] = (o2 if d2 > d1 else o1) if (p1 >= 0 or barrier) else -1
         if latency[k] >= 0:
             durable = op[k] == 3 or (op[k] == 1 and flags[k] & 2)
@@ -192,6 +214,36 @@ def heapq_pop(heap):
     return top
 
 
+class Sleeps:
+    """When each row's process last woke from a sleep since its previous I/O (-1: it did not
+    sleep), from a capture's `sleeps` (source metadata), row by row across chunks."""
+
+    def __init__(self, sleeps: dict | None):
+        self.by_pid = {}
+        if sleeps:
+            pid, start, end = (np.asarray(sleeps[k], np.int64) for k in ("pid", "start_ns", "end_ns"))
+            for p in np.unique(pid):
+                self.by_pid[int(p)] = start[pid == p], end[pid == p]
+        self.previous = {}  # pid: its last I/O's issue time so far
+
+    def woke(self, pid: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        out = np.full(len(ts), -1, np.int64)
+        if not self.by_pid:
+            return out
+        for p in np.unique(pid).tolist():
+            rows = np.flatnonzero(pid == p)
+            t = ts[rows]
+            before = np.concatenate([[self.previous.get(p, np.iinfo(np.int64).min)], t[:-1]])
+            self.previous[p] = int(t[-1])
+            if p not in self.by_pid:
+                continue
+            start, end = self.by_pid[p]
+            last = np.searchsorted(end, t, side="right") - 1  # the last sleep ended by the I/O
+            slept = (last >= 0) & (start[np.maximum(last, 0)] >= before)
+            out[rows[slept]] = end[last[slept]]
+        return out
+
+
 class Annotator:
     """Annotates a trace chunk by chunk, in order: `add(chunk)` returns the chunk's parent,
     parent2 (int32 rows back, 0: none), think_ns (int64) and from_op (int8, the op of the
@@ -200,10 +252,14 @@ class Annotator:
     `host_ns[a, b]`, when given (replay.calibrate), is the replayer's own time between an op
     `a` completing and an op `b` that waited for it reaching the device: its reaping and
     submission, which the captured think time already holds as the application's own. It is
-    taken off each think time (down to 0), so a chain replays at the captured pace."""
+    taken off each think time (down to 0), so a chain replays at the captured pace.
+
+    `sleeps` (a capture's source metadata, traces.capture.records.sleeps), when given, turns a
+    process's sleep between two of its I/Os into a wait for another process's I/O: see
+    `annotate_kernel`."""
 
     def __init__(self, heuristic: str = DEFAULT_HEURISTIC, window_ns: int | None = None,
-                 max_back: int = MAX_BACK, host_ns: np.ndarray | None = None):
+                 max_back: int = MAX_BACK, host_ns: np.ndarray | None = None, sleeps: dict | None = None):
         if heuristic not in HEURISTICS:
             raise ValueError(f"unknown heuristic {heuristic!r}: use one of {', '.join(HEURISTICS)}")
         self.heuristic, self.max_back = heuristic, int(max_back)
@@ -211,6 +267,7 @@ class Annotator:
         self.host_ns = None if host_ns is None else np.asarray(host_ns, np.int64).reshape(4, 4)
         self.state = new_state()
         self.rows = 0
+        self.sleeps = Sleeps(sleeps)
 
     def add(self, chunk: dict) -> dict:
         n = len(chunk["ts_ns"])
@@ -222,6 +279,7 @@ class Annotator:
         op = np.asarray(chunk["op"], np.uint8)
         annotate_kernel(self.rows, np.asarray(chunk["ts_ns"], np.int64), op,
                         np.asarray(chunk["latency_ns"], np.int64), group, flags,
+                        self.sleeps.woke(np.asarray(chunk["pid"]), np.asarray(chunk["ts_ns"], np.int64)),
                         list(HEURISTICS).index(self.heuristic), self.window_ns, self.max_back, *self.state,
                         out["parent"], out["parent2"], out["think_ns"], out["from_op"])
         self.rows += n
@@ -232,9 +290,15 @@ class Annotator:
         return out
 
 
-def annotate(columns: dict, heuristic: str = DEFAULT_HEURISTIC, window_ns: int | None = None) -> dict:
+def annotate(columns: dict, heuristic: str = DEFAULT_HEURISTIC, window_ns: int | None = None,
+             sleeps: dict | None = None) -> dict:
     """The whole annotation of an in-memory trace (columns as numpy arrays)."""
-    return Annotator(heuristic, window_ns).add(columns)
+    return Annotator(heuristic, window_ns, sleeps=sleeps).add(columns)
+
+
+def sleeps_of(metadata: dict) -> dict | None:
+    """The sleeps a capture recorded (None for other traces)."""
+    return (metadata.get("source") or {}).get("sleeps")
 
 
 @dataclass
@@ -267,7 +331,7 @@ def summarise(trace, heuristic: str = DEFAULT_HEURISTIC, window_ns: int | None =
     if any(c not in trace.column_names for c in REQUIRED):
         return None
     cols = [c for c in COLUMNS if c in trace.column_names]
-    ann = Annotator(heuristic, window_ns)
+    ann = Annotator(heuristic, window_ns, sleeps=sleeps_of(trace.metadata))
     s = CausalSummary(heuristic=heuristic)
     hist = np.zeros(len(_THINK_BINS), np.int64)
     groups = set()

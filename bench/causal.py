@@ -148,12 +148,12 @@ def critical_path(trace: Path, results: Path, heuristic: str) -> dict:
     that completed last, back from the last completion; on it, the application's own time
     (think), the device time replayed and captured, and the replayer's own delay in issuing
     (lateness: its submission, which the capture counts inside the think time already)."""
-    from analysis.causal import BARRIER, annotate
+    from analysis.causal import BARRIER, annotate, sleeps_of
     from traces.trace import read_trace
 
-    cols, _ = read_trace(trace)
+    cols, meta = read_trace(trace)
     res, _ = read_trace(results)
-    ann = annotate(cols, heuristic)
+    ann = annotate(cols, heuristic, sleeps=sleeps_of(meta))
     rows = np.arange(len(cols["ts_ns"]))
     parents = [np.where(ann[k] > 0, rows - ann[k], -1) for k in ("parent", "parent2")]
     done = res["complete_ns"]

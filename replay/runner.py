@@ -702,9 +702,9 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     gc.disable()  # the run allocates few objects; collector passes only steal the engine's CPU
     annotator = None
     if options.causal:
-        from analysis.causal import Annotator
+        from analysis.causal import Annotator, sleeps_of
 
-        annotator = Annotator(options.heuristic, host_ns=host_ns)
+        annotator = Annotator(options.heuristic, host_ns=host_ns, sleeps=sleeps_of(source.metadata))
     try:
         try:
             for chunk in _pieces(source.chunks(keep, options.chunk_rows), options, merger):

@@ -21,7 +21,7 @@ import numpy as np
 
 from traces import schema
 from traces.capture import blktrace as blktrace_backend
-from traces.capture.records import build
+from traces.capture.records import build, sleeps
 from traces.capture.tracefs import CaptureError, TracefsSession
 from traces.trace import MAX_ROW_GROUP_ROWS, TraceWriter
 
@@ -246,6 +246,8 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
         "skipped_requests": built.skipped,
         "interrupted": interrupted,
         "command_status": status,
+        # When the processes that did I/O slept (nanosleep): waits, not their own work.
+        "sleeps": sleeps(decoded.events, start_ns, np.unique(cols["pid"])),
     }
     if lost:
         notices.append(f"{lost} events were lost ({decoded.missed_events} missed in pages, "

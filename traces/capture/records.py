@@ -183,3 +183,25 @@ def build(events: dict[str, dict[str, np.ndarray]], start_ns: int) -> Built:
         "flags": np.where(is_pre, 0, d_flags[src]).astype(np.uint8),
     }
     return Built(columns, int((c_of_d[keep] < 0).sum()), int(orphans), int((~keep).sum()))
+
+
+def sleeps(events: dict[str, dict[str, np.ndarray]], start_ns: int, pids) -> dict | None:
+    """The sleep system calls of the processes in `pids` as {"pid", "start_ns", "end_ns"}
+    lists, times relative to start_ns, in time order; None when they were not traced. A sleep
+    is an entry followed by the same thread's exit; one cut by the capture's start or end is
+    left out."""
+    enters = [events[e] for e in ("sys_enter_nanosleep", "sys_enter_clock_nanosleep") if e in events]
+    exits = [events[e] for e in ("sys_exit_nanosleep", "sys_exit_clock_nanosleep") if e in events]
+    if not enters:
+        return None
+    ts = np.concatenate([e["ts"] for e in enters + exits]).astype(np.int64)
+    pid = np.concatenate([e["common_pid"] for e in enters + exits]).astype(np.int64)
+    is_exit = np.concatenate([np.full(len(e["ts"]), k >= len(enters)) for k, e in enumerate(enters + exits)])
+    order = np.lexsort((is_exit, ts, pid))
+    ts, pid, is_exit = ts[order], pid[order], is_exit[order]
+    pair = ~is_exit[:-1] & is_exit[1:] & (pid[:-1] == pid[1:]) & np.isin(pid[:-1], np.asarray(list(pids)))
+    enter = np.flatnonzero(pair)
+    by_time = np.argsort(ts[enter], kind="stable")
+    enter = enter[by_time]
+    return {"pid": pid[enter].tolist(), "start_ns": (ts[enter] - start_ns).tolist(),
+            "end_ns": (ts[enter + 1] - start_ns).tolist()}

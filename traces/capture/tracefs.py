@@ -18,6 +18,11 @@ import numpy as np
 from replay.errors import ReplayError, TraceFormatError
 
 EVENTS = ("block_rq_issue", "block_rq_complete", "block_bio_queue")
+# The sleep system calls, entry and exit, of every process: a process that sleeps between two
+# of its I/Os is waiting for something (a lock it polls for, a timer), not computing. Traced
+# where the kernel has syscall tracepoints; the capture keeps those of processes that did I/O.
+SLEEP_EVENTS = ("sys_enter_nanosleep", "sys_exit_nanosleep",
+                "sys_enter_clock_nanosleep", "sys_exit_clock_nanosleep")
 DEFAULT_BUFFER_KB = 65536
 # Commit word flags (kernel/trace/ring_buffer.c): events were lost before this page, and
 # their count is stored as a long right after the page's data.
@@ -338,7 +343,8 @@ def find_tracefs() -> tuple[Path, bool]:
 
 
 def read_formats(root: Path) -> tuple[PageLayout, EventHeader, dict[str, EventFormat]]:
-    """Page layout, event header and block event formats, as this kernel describes them."""
+    """Page layout, event header, and the block and sleep event formats, as this kernel
+    describes them (the sleep events only where it has syscall tracepoints)."""
     try:
         subbuf = root / "buffer_subbuf_size_kb"
         page_size = int(subbuf.read_text()) * 1024 if subbuf.exists() else None
@@ -348,7 +354,11 @@ def read_formats(root: Path) -> tuple[PageLayout, EventHeader, dict[str, EventFo
     except OSError as exc:
         raise CaptureError(f"cannot read the block event formats from {root} ({exc}); "
                            "does this kernel have block tracepoints?") from None
-    return layout, header, formats
+    try:
+        sleeps = {e: parse_format((root / "events/syscalls" / e / "format").read_text()) for e in SLEEP_EVENTS}
+    except OSError:
+        sleeps = {}
+    return layout, header, formats | sleeps
 
 
 def _write(path: Path, value) -> None:
@@ -471,6 +481,9 @@ class TracefsSession:
         for event in EVENTS:
             _write(inst / "events/block" / event / "filter", f"dev == {self.dev_t}")
             _write(inst / "events/block" / event / "enable", 1)
+        for event in SLEEP_EVENTS:
+            if event in self.formats:
+                _write(inst / "events/syscalls" / event / "enable", 1)
         for cpu in cpus:
             self._fds.append(os.open(inst / "per_cpu" / f"cpu{cpu}" / "trace_pipe_raw",
                                      os.O_RDONLY | os.O_NONBLOCK))

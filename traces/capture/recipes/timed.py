@@ -1,5 +1,6 @@
 """Runs a recipe's workload and records its own outcome: start and end on the monotonic clock,
-elapsed time, exit status and the tail of what it printed, as JSON, for the trace's metadata.
+elapsed time, the CPU time of the command and its children (user and system), exit status and
+the tail of what it printed, as JSON, for the trace's metadata.
 
     python -m traces.capture.recipes.timed OUTCOME.json -- COMMAND ...
 
@@ -7,6 +8,7 @@ The command's output goes to OUTCOME.json.out (recipes parse the application's o
 from it: pgbench's tps and latency, the BLOB store's operations). Exits with its status.
 """
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -44,8 +46,10 @@ def main(argv=None) -> int:
         except KeyboardInterrupt:
             status = 130
         end = time.monotonic_ns()
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)  # every descendant waited for
     outcome.write_text(json.dumps({"start_monotonic_ns": start, "end_monotonic_ns": end,
-                                   "elapsed_s": (end - start) / 1e9, "status": status}))
+                                   "elapsed_s": (end - start) / 1e9, "status": status,
+                                   "cpu_user_s": cpu.ru_utime, "cpu_system_s": cpu.ru_stime}))
     return status
 
 
