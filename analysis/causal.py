@@ -94,12 +94,13 @@ def new_state():
 @numba.njit(nogil=True, cache=True)
 def annotate_kernel(base, ts, op, latency, group, flags, woke, kind, window_ns, max_back,
                     heap, last_row, last_done, last_op, latest, recent, recent_n,
-                    parent, parent2, think, from_op):
+                    parent, parent2, think, from_op, woken):
     """One chunk: rows base..base+len. Completions are replayed in time order from a heap of
     the rows in flight, so every parent completed no later than its child was issued.
     parent2 is BARRIER for a flush that waits for every earlier row; from_op is the op of the
     parent the think time runs from (-1: none). woke: when the row's process last woke from a
-    sleep since its previous I/O (-1: it did not sleep)."""
+    sleep since its previous I/O (-1: it did not sleep); woken: 1 where the row waits for the
+    I/O that ended such a sleep."""
     for k in range(len(ts)):
         row = base + k
         t = ts[k]
@@ -133,8 +134,18 @@ def annotate_kernel(base, ts, op, latency, group, flags, woke, kind, window_ns, 
         p2 = -1
         d2 = -1
         o2 = -1
-        slept = False
         barrier = False
+        wake = -1
+        if kind != 1 and woke[k] >= 0 and group[k] >= 0:
+            # The process slept since its last I/O: polling for what another process held (a
+            # lock). It waits for the other process's I/O that completed last before it woke,
+            # then its own time after waking; the rest of the sleep was the poll's interval.
+            for j in range(min(recent_n[0], RECENT)):
+                slot = (recent_n[0] - 1 - j) % RECENT
+                if recent[slot, 0] <= woke[k] and recent[slot, 2] != group[k]:
+                    if recent[slot, 0] > d1 and row - recent[slot, 1] <= max_back:
+                        wake = slot
+                    break
         if op[k] == 3 and len(heap) == 0 and latest[0] >= 0 and group[k] not in last_row:
             # A process whose first I/O is a flush, issued with nothing in flight, flushes
             # what others wrote (sync after cp): it waits for every earlier I/O. One that
@@ -145,17 +156,9 @@ def annotate_kernel(base, ts, op, latency, group, flags, woke, kind, window_ns, 
             # Else a flush, and a FUA write, waits for the last write completed before it.
             if row - latest[2] <= max_back:
                 p2, d2, o2 = latest[2], latest[3], 1
-        elif kind != 1 and woke[k] >= 0 and group[k] >= 0:
-            # The process slept since its last I/O: polling for what another process held (a
-            # lock). It waits for the other process's I/O that completed last before it woke,
-            # then its own time after waking; the rest of the sleep was the poll's interval.
-            for j in range(min(recent_n[0], RECENT)):
-                slot = (recent_n[0] - 1 - j) % RECENT
-                if recent[slot, 0] <= woke[k] and recent[slot, 2] != group[k]:
-                    if recent[slot, 0] > d1 and row - recent[slot, 1] <= max_back:
-                        p2, d2, o2 = recent[slot, 1], recent[slot, 0], recent[slot, 3]
-                        slept = True
-                    break
+        elif wake >= 0:
+            p2, d2, o2 = recent[wake, 1], recent[wake, 0], recent[wake, 3]
+            woken[k] = 1
         elif kind == 2 and latest[0] >= 0 and latest[0] != p1 and latest[1] > d1 \
                 and t - latest[1] <= (DURABLE_WINDOW_NS if latest[4] else window_ns) \
                 and row - latest[0] <= max_back:
@@ -165,7 +168,7 @@ def annotate_kernel(base, ts, op, latency, group, flags, woke, kind, window_ns, 
             p1, d1, o1, p2, d2, o2 = p2, d2, o2, -1, -1, -1
         parent[k] = row - p1 if p1 >= 0 else 0
         parent2[k] = BARRIER if barrier else (row - p2 if p2 >= 0 else 0)
-        think[k] = t - woke[k] if slept else t - max(d1, d2) if (p1 >= 0 or barrier) else 0
+        think[k] = t - woke[k] if woken[k] else t - max(d1, d2) if (p1 >= 0 or barrier) else 0
         from_op[k] = (o2 if d2 > d1 else o1) if (p1 >= 0 or barrier) else -1
         if latency[k] >= 0:
             durable = op[k] == 3 or (op[k] == 1 and flags[k] & 2)
@@ -246,8 +249,9 @@ class Sleeps:
 
 class Annotator:
     """Annotates a trace chunk by chunk, in order: `add(chunk)` returns the chunk's parent,
-    parent2 (int32 rows back, 0: none), think_ns (int64) and from_op (int8, the op of the
-    parent the think time runs from; -1: none) columns.
+    parent2 (int32 rows back, 0: none), think_ns (int64), from_op (int8, the op of the
+    parent the think time runs from; -1: none) and woken (uint8, 1: parent2 is the I/O that
+    ended the process's sleep) columns.
 
     `host_ns[a, b]`, when given (replay.calibrate), is the replayer's own time between an op
     `a` completing and an op `b` that waited for it reaching the device: its reaping and
@@ -272,7 +276,7 @@ class Annotator:
     def add(self, chunk: dict) -> dict:
         n = len(chunk["ts_ns"])
         out = {"parent": np.zeros(n, np.int32), "parent2": np.zeros(n, np.int32),
-               "think_ns": np.zeros(n, np.int64), "from_op": np.zeros(n, np.int8)}
+               "think_ns": np.zeros(n, np.int64), "from_op": np.zeros(n, np.int8), "woken": np.zeros(n, np.uint8)}
         flags = chunk.get("flags")
         flags = np.zeros(n, np.uint8) if flags is None else np.asarray(flags, np.uint8)
         group = groups_of(np.asarray(chunk["pid"]), chunk.get("comm"))
@@ -281,7 +285,7 @@ class Annotator:
                         np.asarray(chunk["latency_ns"], np.int64), group, flags,
                         self.sleeps.woke(np.asarray(chunk["pid"]), np.asarray(chunk["ts_ns"], np.int64)),
                         list(HEURISTICS).index(self.heuristic), self.window_ns, self.max_back, *self.state,
-                        out["parent"], out["parent2"], out["think_ns"], out["from_op"])
+                        out["parent"], out["parent2"], out["think_ns"], out["from_op"], out["woken"])
         self.rows += n
         if self.host_ns is not None:
             waits = out["from_op"] >= 0
@@ -310,6 +314,8 @@ class CausalSummary:
     roots: int = 0  # I/Os that wait for nothing: replayed at their captured time
     chained: int = 0  # I/Os that wait for a parent
     flush_waits: int = 0  # flushes and FUA writes that wait for a parent
+    sleeps: int | None = None  # sleeps the capture recorded (None: it did not record them)
+    woken: int = 0  # I/Os that wait for the I/O that ended their process's sleep
     chains: int = 0  # groups (processes; writeback and journal threads one each) with a chained I/O
     think_ns: dict = field(default_factory=dict)  # percentiles of the chained I/Os' think time
     think_total_ns: int = 0
@@ -331,8 +337,9 @@ def summarise(trace, heuristic: str = DEFAULT_HEURISTIC, window_ns: int | None =
     if any(c not in trace.column_names for c in REQUIRED):
         return None
     cols = [c for c in COLUMNS if c in trace.column_names]
-    ann = Annotator(heuristic, window_ns, sleeps=sleeps_of(trace.metadata))
-    s = CausalSummary(heuristic=heuristic)
+    sleeps = sleeps_of(trace.metadata)
+    ann = Annotator(heuristic, window_ns, sleeps=sleeps)
+    s = CausalSummary(heuristic=heuristic, sleeps=None if sleeps is None else len(sleeps["pid"]))
     hist = np.zeros(len(_THINK_BINS), np.int64)
     groups = set()
     for chunk in trace.chunks(columns=cols, rows=rows):
@@ -341,6 +348,7 @@ def summarise(trace, heuristic: str = DEFAULT_HEURISTIC, window_ns: int | None =
         s.ios += len(chained)
         s.chained += int(chained.sum())
         s.flush_waits += int((chained & _flushlike(chunk)).sum())
+        s.woken += int(a["woken"].sum())
         th = a["think_ns"][chained]
         s.think_total_ns += int(th.sum())
         hist += np.bincount(np.searchsorted(_THINK_BINS, th, side="right") - 1, minlength=len(hist))[:len(hist)]
@@ -376,4 +384,6 @@ def format_text(s: CausalSummary, fmt_ns) -> list[str]:
         "the writes before them",
         "think time      " + (", ".join(f"{k} {fmt_ns(v)}" for k, v in s.think_ns.items()) or "-")
         + f"; total {fmt_ns(s.think_total_ns)} ({share} of think + captured device time)",
-    ]
+    ] + ([] if s.sleeps is None else [
+        f"sleeps          {s.sleeps:,} recorded; {s.woken:,} I/Os after one wait for the other process's "
+        "I/O that ended it, not for the sleep"])

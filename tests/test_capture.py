@@ -16,7 +16,7 @@ from cli_process import replay_cli, replay_process, wait_for
 from replay.errors import TraceFormatError
 from traces.capture import CaptureError, capture
 from traces.capture import tracefs
-from traces.capture.records import build, last_before, match_fifo, match_fifo_reference, parse_rwbs
+from traces.capture.records import build, last_before, match_fifo, match_fifo_reference, parse_rwbs, sleeps
 from traces.schema import Flag, Op
 from traces.trace import open_trace, read_trace
 
@@ -351,6 +351,21 @@ def test_build_of_nothing_is_empty():
     assert all(len(v) == 0 for v in built.columns.values())
 
 
+def test_sleeps_pair_each_entry_with_the_threads_next_exit():
+    def ev(rows):
+        return {"ts": np.array([r[0] for r in rows], np.int64), "common_pid": np.array([r[1] for r in rows], np.int32)}
+    events = {
+        # pid 7: 100-300 (clock_nanosleep) and 400-450 (nanosleep); pid 8: 150-500; pid 9 did no
+        # I/O; pid 7's last sleep is cut by the capture's end, pid 8's first began before it.
+        "sys_enter_clock_nanosleep": ev([(100, 7), (150, 8), (120, 9), (900, 7)]),
+        "sys_exit_clock_nanosleep": ev([(300, 7), (500, 8), (130, 9), (60, 8)]),
+        "sys_enter_nanosleep": ev([(400, 7)]), "sys_exit_nanosleep": ev([(450, 7)]),
+    }
+    assert sleeps(events, 50, [7, 8]) == {"pid": [7, 8, 7], "start_ns": [50, 100, 350], "end_ns": [250, 450, 400]}
+    assert sleeps({k: v for k, v in events.items() if "clock" in k}, 0, [7, 8, 9])["pid"] == [7, 9, 8]
+    assert sleeps({"block_rq_issue": ev([])}, 0, [7]) is None
+
+
 # ---------------------------------------------------------------------------------------
 # Real captures on loop devices
 # ---------------------------------------------------------------------------------------
@@ -401,6 +416,27 @@ def test_capture_dd_through_the_cli_has_every_io(tmp_path, loop_device, tracefs_
     assert src["kind"] == "capture:tracefs" and src["backend"] == "tracefs"
     assert src["traced_command"].startswith("sh -c") and "capture" in src["command"]
     assert src["lost_events"] == 0 and src["command_status"] == 0
+    assert _instance_gone(out)
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_capture_records_when_the_process_that_did_io_slept(tmp_path, loop_device, tracefs_restored):
+    dev = loop_device(64 * MIB)
+    out = tmp_path / "sleepy.parquet"
+    script = (f"import mmap, os, time; f = os.open('{dev}', os.O_RDONLY | os.O_DIRECT); b = mmap.mmap(-1, 4096); "
+              "os.preadv(f, [b], 0); time.sleep(0.05); os.preadv(f, [b], 4096)")
+    done = replay_cli("capture", dev, "-o", out, "--backend", "tracefs", "--",
+                      "sh", "-c", f"sleep 0.02; python3 -c \"{script}\"")
+    assert done.returncode == 0, done.stderr
+    cols, meta = read_trace(out)
+    pid = int(cols["pid"][0])
+    assert len(cols["ts_ns"]) == 2 and (cols["pid"] == pid).all()
+    recorded = meta["source"]["sleeps"]
+    assert set(recorded["pid"]) == {pid}  # not the shell's `sleep`, which did no I/O
+    (start,), (end,) = recorded["start_ns"], recorded["end_ns"]
+    assert cols["ts_ns"][0] < start and end < cols["ts_ns"][1]
+    assert 50_000_000 <= end - start < 1_000_000_000
     assert _instance_gone(out)
 
 

@@ -1,6 +1,8 @@
 """Causal replay: dependency and think-time inference from a captured trace (analysis.causal),
 checked against closed-loop workloads generated from a known model.
 """
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -171,6 +173,10 @@ def test_blob_fixed_work_records_operations_and_latency(tmp_path):
     assert outcome["operations"] == 60 and sum(outcome["by_op"].values()) == 60
     assert outcome["ops_per_s"] > 0 and outcome["latency_ms"]["p99"] >= outcome["latency_ms"]["p50"] > 0
     assert outcome["elapsed_s"] >= outcome["store_elapsed_s"] > 0
+    assert 0 < outcome["cpu_user_s"] + outcome["cpu_system_s"] <= outcome["elapsed_s"] * os.cpu_count()
+    # The clients' sleeps (SQLite's busy handler) are traced with the blob store's I/O.
+    sleeps = open_trace(out).metadata["source"]["sleeps"]
+    assert sleeps is not None and len(sleeps["pid"]) == len(sleeps["start_ns"]) == len(sleeps["end_ns"])
 
 
 # -- causal replay: the engine issues each I/O when its parents completed, plus think ------
@@ -385,6 +391,51 @@ def test_hybrid_also_waits_for_another_process_completed_just_before():
     assert list(a["parent"]) == [0, 1, 2] and list(a["parent2"]) == [0, 0, 0] and a["think_ns"][2] == 105
     a = causal.annotate(cols, "hybrid")
     assert list(a["parent"]) == [0, 1, 2] and list(a["parent2"]) == [0, 0, 1] and a["think_ns"][2] == 5
+
+
+def _lock_waiter(holder_done_ns):
+    """Client 10 reads (0-1 ms), then sleeps 2-12 ms polling for a lock, then writes at 13 ms;
+    client 20, the lock's holder, writes from 3 ms until `holder_done_ns`; process 30 reads
+    from 11 to 12.5 ms, after client 10 woke."""
+    ms = 1_000_000
+    cols = {"ts_ns": np.array([0, 3 * ms, 11 * ms, 13 * ms], np.int64),
+            "op": np.array([Op.READ, Op.WRITE, Op.READ, Op.WRITE], np.uint8),
+            "latency_ns": np.array([ms, holder_done_ns - 3 * ms, ms + ms // 2, ms], np.int64),
+            "pid": np.array([10, 20, 30, 10], np.int32), "comm": np.array(["db"] * 4, dtype=object),
+            "flags": np.zeros(4, np.uint8)}
+    return cols, {"pid": [10], "start_ns": [2 * ms], "end_ns": [12 * ms]}
+
+
+@pytest.mark.parametrize("heuristic", ["chains", "hybrid"])
+def test_a_process_that_slept_waits_for_the_io_it_woke_after_not_for_its_sleep(heuristic):
+    # Without the sleeps, the client's 12 ms between its read and its write is its own time
+    # (hybrid: 0.5 ms after process 30's read). With them, the write waits for the holder's
+    # write (done at 8 ms, during the sleep) plus the 1 ms the client ran after waking: on a
+    # faster drive the lock frees sooner, and the poll's interval is not the client's work.
+    cols, sleeps = _lock_waiter(8_000_000)
+    blind = causal.annotate(cols, heuristic)
+    assert blind["parent"][3] == 3 and blind["think_ns"][3] == (12_000_000 if heuristic == "chains" else 500_000)
+    a = causal.annotate(cols, heuristic, sleeps=sleeps)
+    assert (a["parent"][3], a["parent2"][3], a["think_ns"][3]) == (3, 2, 1_000_000)
+    assert a["from_op"][3] == Op.WRITE
+    assert list(a["parent"][:3]) == list(blind["parent"][:3]) and list(a["think_ns"][:3]) == list(blind["think_ns"][:3])
+    # In any chunking: the completions it searches are carried from chunk to chunk.
+    ann = causal.Annotator(heuristic, sleeps=sleeps)
+    parts = [ann.add({k: v[i:i + 1] for k, v in cols.items()}) for i in range(4)]
+    assert [int(p["think_ns"][0]) for p in parts] == list(a["think_ns"])
+    assert [int(p["parent2"][0]) for p in parts] == list(a["parent2"])
+
+
+def test_a_sleep_that_no_other_process_ended_stays_the_processs_own_time():
+    # The holder's write ends after the client woke (a timer sleep, or a lock held by
+    # computation): nothing another process did on the drive ended it, so it is kept.
+    cols, sleeps = _lock_waiter(12_800_000)
+    assert {k: list(v) for k, v in causal.annotate(cols, "chains", sleeps=sleeps).items()} == \
+           {k: list(v) for k, v in causal.annotate(cols, "chains").items()}
+    # A sleep before the process's previous I/O does not count for this one.
+    early = {"pid": [10], "start_ns": [-5_000_000], "end_ns": [-1_000_000]}
+    cols, _ = _lock_waiter(8_000_000)
+    assert causal.annotate(cols, "chains", sleeps=early)["think_ns"][3] == 12_000_000
 
 
 @pytest.mark.root

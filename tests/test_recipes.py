@@ -180,6 +180,10 @@ def test_filecopy_onto_a_given_device(tmp_path, loop_device, clean):
     assert meta["recipe"]["source_folder"]["bytes"] >= 48 * MIB - 16
     assert meta["recipe"]["device"]["path"] == os.path.realpath(dev)
     assert "coreutils" in meta["recipe"]["applications"]["cp"]
+    # cp's own CPU time, the part of its run no block trace shows: copying 48 MiB is not free,
+    # and one process cannot spend more CPU than the run lasted.
+    outcome = meta["recipe"]["outcome"]
+    assert 0 < outcome["cpu_user_s"] + outcome["cpu_system_s"] <= outcome["elapsed_s"]
     # The recipe's filesystem is gone from the device's mounts, and the device is still ours.
     assert dev not in Path("/proc/self/mounts").read_text()
 
