@@ -3,6 +3,7 @@ drive, each capture replayed on the other drive with causal, original and as-fas
 timing, and the replay's predicted application time set against the application's own run.
 
     python bench/causal.py [--quick] [--json] [--repeat 2] [--workloads filecopy,blob,oltp,boot] [--dir DIR]
+                           [--without-sleeps]
 
 The fast drive is a loop device over /dev/shm. The slow one is a direct-I/O loop device
 stacked on another one over /var/tmp, and the lower one is throttled in the root block cgroup
@@ -124,6 +125,18 @@ def trace_facts(path: Path) -> dict:
     return facts
 
 
+def without_sleeps(trace: Path, into: Path) -> Path:
+    """A copy of `trace` in `into` whose metadata has no recorded sleeps."""
+    from traces.trace import read_trace, write_trace
+
+    copy = into / f"{trace.stem}-no-sleeps.parquet"
+    if not copy.exists():
+        cols, meta = read_trace(trace)
+        meta["source"]["sleeps"] = None
+        write_trace(copy, cols, meta)
+    return copy
+
+
 def predict(facts: dict, results: Path) -> tuple[float, float]:
     """(the replay's span, the application's elapsed time it predicts), in s. With the
     application's start and end on the trace's clock, its end is placed after the replayed
@@ -183,6 +196,9 @@ def main(argv=None):
                    help="recipes to run (boot needs its image built once: several minutes)")
     p.add_argument("--modes", default="causal,original,afap")
     p.add_argument("--heuristics", default="hybrid,chains,recent", help="causal heuristics to compare")
+    p.add_argument("--without-sleeps", action="store_true",
+                   help="also replay each capture causally as if its sleeps had not been recorded "
+                        "(mode causal:HEURISTIC/no-sleeps): what they change")
     p.add_argument("--size", type=int, default=2048, help="MiB per drive")
     p.add_argument("--riops", type=int, default=4000)
     p.add_argument("--wiops", type=int, default=4000)
@@ -241,15 +257,19 @@ def main(argv=None):
                 runs = [(m, None) for m in a.modes.split(",") if m and m != "causal"]
                 if "causal" in a.modes.split(","):
                     runs = [("causal", h) for h in heuristics] + runs
+                    if a.without_sleeps:
+                        runs += [("causal", f"{h}/no-sleeps") for h in heuristics]
                 if src == dst:
                     runs = [r for r in runs if r[0] == "causal"]
                 for mode, heuristic in runs:
                     label = mode if heuristic is None else f"{mode}:{heuristic}"
-                    res = work / "replays" / f"{w}-{src}-on-{dst}-{label.replace(':', '-')}.parquet"
+                    res = work / "replays" / f"{w}-{src}-on-{dst}-{label.replace(':', '-').replace('/', '-')}.parquet"
                     res.parent.mkdir(exist_ok=True)
+                    replayed = without_sleeps(trace, res.parent) if label.endswith("/no-sleeps") else trace
+                    heuristic = heuristic and heuristic.removesuffix("/no-sleeps")
                     if not res.exists():
                         extra = ["--heuristic", heuristic] if heuristic else []
-                        replay("run", trace, drives[dst], *MODES[mode], *extra, "--remap", "wrap",
+                        replay("run", replayed, drives[dst], *MODES[mode], *extra, "--remap", "wrap",
                                "--destroy-data", "-o", res)
                     span, predicted = predict(facts[w, src, 0], res)
                     noise = (max(reals) - min(reals)) / real if len(reals) > 1 else None
@@ -257,17 +277,18 @@ def main(argv=None):
                                   "replay_span_s": span, "predicted_s": predicted,
                                   "real_s": real, "real_runs_s": reals, "noise": noise,
                                   "error": (predicted - real) / real,
-                                  "critical_path": critical_path(trace, res, heuristic) if heuristic else None})
+                                  "critical_path": critical_path(replayed, res, heuristic) if heuristic else None})
     doc = json.dumps({"iops_7030_qd32": iops, "limits": limits, "rows": table}, indent=2)
     (work / "ground_truth.json").write_text(doc)
     if a.json:
         print(doc)
         return
     print()
-    print(f"{'workload':<9} {'direction':<13} {'mode':<15} {'predicted':>9} {'real':>8} {'error':>7}  noise")
+    width = max([15] + [len(row["mode"]) for row in table])
+    print(f"{'workload':<9} {'direction':<13} {'mode':<{width}} {'predicted':>9} {'real':>8} {'error':>7}  noise")
     for row in table:
         noise = "-" if row["noise"] is None else f"{100 * row['noise']:.0f}%"
-        print(f"{row['workload']:<9} {row['captured'] + ' -> ' + row['replayed']:<13} {row['mode']:<15} "
+        print(f"{row['workload']:<9} {row['captured'] + ' -> ' + row['replayed']:<13} {row['mode']:<{width}} "
               f"{row['predicted_s']:>8.2f}s {row['real_s']:>7.2f}s {100 * row['error']:>+6.0f}%  {noise}")
     print()
     print("causal replays' critical paths (s): the application's own time, the device time replayed "
@@ -284,7 +305,7 @@ def main(argv=None):
     print()
     for mode in dict.fromkeys(r["mode"] for r in cross):
         errs = [abs(r["error"]) for r in cross if r["mode"] == mode]
-        print(f"mean |error| {mode:<15} {100 * statistics.mean(errs):5.1f}%  (max {100 * max(errs):.0f}%)")
+        print(f"mean |error| {mode:<{width}} {100 * statistics.mean(errs):5.1f}%  (max {100 * max(errs):.0f}%)")
     print(f"results in {work / 'ground_truth.json'}")
 
 

@@ -54,3 +54,20 @@ def test_afap_vs_fio_tries_psync_with_jobs_and_names_the_configuration():
         ["io_uring QD32", "libaio QD32", "psync x2 jobs", "io_uring 2 jobs x QD16"]
     args = fio_args("/dev/zram0", "randread", ("psync", 2, 1), 1000, 1 << 30)
     assert {"--ioengine=psync", "--numjobs=2", "--iodepth=1", f"--io_size={500 * 4096}"} <= set(args)
+
+
+def test_causal_bench_replays_a_capture_without_its_sleeps_from_a_copy(tmp_path):
+    import numpy as np
+
+    from bench.causal import without_sleeps
+    from traces.trace import read_trace, write_trace
+
+    cols = {"ts_ns": np.array([0, 10], np.int64), "op": np.zeros(2, np.uint8), "offset": np.zeros(2, np.int64),
+            "length": np.full(2, 4096, np.int64), "latency_ns": np.array([5, 5], np.int64),
+            "pid": np.array([7, 7], np.int32)}
+    trace = write_trace(tmp_path / "t.parquet", cols, {"source": {"sleeps": {"pid": [7], "start_ns": [6],
+                                                                              "end_ns": [9]}}})
+    copy = without_sleeps(trace, tmp_path)
+    got, meta = read_trace(copy)
+    assert meta["source"]["sleeps"] is None and got["ts_ns"].tolist() == [0, 10]
+    assert read_trace(trace)[1]["source"]["sleeps"]["pid"] == [7]  # the capture itself is untouched
