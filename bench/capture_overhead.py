@@ -1,11 +1,15 @@
 """What `replay capture` costs: fio at its highest rate on a loop device, with and without a
 tracefs capture around it, alternating. Prints I/Os captured / I/Os fio issued (goal 100 %)
-and the IOPS lost to capture (goal <= 25 %).
+and the IOPS lost to capture (goal <= 25 %). Also, alternating with the same plain runs, the
+IOPS lost to tracing the sleep calls alone (a capture traces them for every process, which
+puts every system call on the kernel's tracing path): the psync job makes a call per I/O.
 
     python bench/capture_overhead.py [--quick] [--runtime S] [--reps N] [--json PATH]
 """
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -22,7 +26,28 @@ MIB = 1 << 20
 JOBS = {
     "randread QD32": ["--rw=randread", "--iodepth=32"],
     "randrw 70/30 QD32": ["--rw=randrw", "--rwmixread=70", "--iodepth=32"],
+    "randread psync QD1": ["--rw=randread", "--ioengine=psync", "--iodepth=1"],
 }
+
+
+@contextlib.contextmanager
+def sleep_tracing():
+    """The sleep calls traced in a tracefs instance of their own, as a capture traces them."""
+    from traces.capture.tracefs import SLEEP_EVENTS, find_tracefs
+
+    root, mounted = find_tracefs()
+    inst = root / "instances" / f"tracereplay-bench-{os.getpid()}"
+    inst.mkdir()
+    try:
+        for event in SLEEP_EVENTS:
+            (inst / "events/syscalls" / event / "enable").write_text("1")
+        yield
+    finally:
+        for event in SLEEP_EVENTS:
+            (inst / "events/syscalls" / event / "enable").write_text("0")
+        inst.rmdir()
+        if mounted:
+            subprocess.run(["umount", str(root)], check=False)
 
 
 def fio_cmd(dev, job_args, runtime, report):
@@ -38,10 +63,11 @@ def fio_totals(report: Path):
     return ios, iops
 
 
-def one(dev, job_args, runtime, captured: bool, work: Path):
+def one(dev, job_args, runtime, captured: bool, work: Path, sleeps: bool = False):
     report = work / "fio.json"
     if not captured:
-        subprocess.run(fio_cmd(dev, job_args, runtime, report), check=True, capture_output=True)
+        with sleep_tracing() if sleeps else contextlib.nullcontext():
+            subprocess.run(fio_cmd(dev, job_args, runtime, report), check=True, capture_output=True)
         ios, iops = fio_totals(report)
         return {"ios": ios, "iops": iops}
     trace = work / "cap.parquet"
@@ -74,22 +100,26 @@ def main():
     with targets.loop_device(size=512 * MIB, span=256 * MIB) as dev, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name, job_args in JOBS.items():
-            runs = {"plain": [], "captured": []}
+            runs = {"plain": [], "captured": [], "sleeps traced": []}
             for _ in range(reps):
                 runs["plain"].append(one(dev, job_args, runtime, False, work))
                 runs["captured"].append(one(dev, job_args, runtime, True, work))
+                runs["sleeps traced"].append(one(dev, job_args, runtime, False, work, sleeps=True))
             results[name] = runs
-    print(f"{'job':<20} {'fio IOPS':>10} {'captured IOPS':>14} {'IOPS lost':>10} {'captured/issued':>16} {'lost events':>12}")
+    print(f"{'job':<20} {'fio IOPS':>10} {'captured IOPS':>14} {'IOPS lost':>10} {'captured/issued':>16} "
+          f"{'lost events':>12} {'lost to sleeps alone':>21}")
     summary = {}
     for name, runs in results.items():
         plain = statistics.median(r["iops"] for r in runs["plain"])
         cap = statistics.median(r["iops"] for r in runs["captured"])
         ratio = min(r["rows"] / r["ios"] for r in runs["captured"])
         lost = sum(r["lost"] for r in runs["captured"])
+        sleeps = statistics.median(r["iops"] for r in runs["sleeps traced"])
         summary[name] = {"fio_iops": plain, "captured_iops": cap, "iops_lost": 1 - cap / plain,
-                         "captured_over_issued_min": ratio, "lost_events": lost}
+                         "captured_over_issued_min": ratio, "lost_events": lost,
+                         "iops_lost_to_sleep_tracing": 1 - sleeps / plain}
         print(f"{name:<20} {plain:>10,.0f} {cap:>14,.0f} {100 * (1 - cap / plain):>9.1f}% "
-              f"{100 * ratio:>15.2f}% {lost:>12}")
+              f"{100 * ratio:>15.2f}% {lost:>12} {100 * (1 - sleeps / plain):>20.1f}%")
     print("captured/issued: trace rows / fio's total_ios (the worst repetition); a request or two "
           "completing after fio's runtime can put it just above 100 %.")
     if args.json:
