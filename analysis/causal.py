@@ -2,7 +2,9 @@
 
 For each I/O: up to two parents (the I/Os it waited for, as rows back, 0 = none), its think
 time (the application's own time between the last parent's completion and its issue), and the
-op of that last parent, so a replayer can take its own time per hop off the think time.
+op of that last parent, so a replayer can take its own time per hop off the think time. A
+capture's recorded sleeps make a process's sleep between two of its I/Os a wait for the other
+process's I/O that ended it, not time of its own.
 Streams by chunks with a small carried state, so a trace of any length is annotated in
 bounded memory, and the same trace always gives the same annotation.
 """
