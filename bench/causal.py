@@ -113,7 +113,10 @@ def trace_facts(path: Path) -> dict:
     outcome = meta["recipe"].get("outcome") or {}
     elapsed = outcome.get("elapsed_s")
     io_span = (int(done.max()) - int(ts.min())) / 1e9
-    facts = {"elapsed_s": elapsed, "io_span_s": io_span, "rows": tf.num_rows, "outcome": outcome}
+    sleeps = meta["source"].get("sleeps") or {"start_ns": [], "end_ns": []}
+    facts = {"elapsed_s": elapsed, "io_span_s": io_span, "rows": tf.num_rows, "outcome": outcome,
+             "sleeps": len(sleeps["start_ns"]),
+             "slept_s": (sum(sleeps["end_ns"]) - sum(sleeps["start_ns"])) / 1e9}
     t0 = meta["source"].get("start_monotonic_ns")
     if t0 is not None and outcome.get("end_monotonic_ns") is not None:
         start, end = outcome["start_monotonic_ns"] - t0, outcome["end_monotonic_ns"] - t0
@@ -246,7 +249,7 @@ def main(argv=None):
                     facts[w, name, r] = trace_facts(out)
                     f = facts[w, name, r]
                     print(f"  {w} on {name} #{r}: {f['elapsed_s']:.2f} s, {f['rows']} I/Os over "
-                          f"{f['io_span_s']:.2f} s", flush=True)
+                          f"{f['io_span_s']:.2f} s, {f['sleeps']} sleeps ({f['slept_s']:.2f} s)", flush=True)
         if a.capture_only:
             return
         for w in workloads:
