@@ -441,11 +441,11 @@ def test_a_sleep_that_no_other_process_ended_stays_the_processs_own_time():
 @pytest.mark.root
 @pytest.mark.loopdev
 def test_causal_replay_on_the_capturing_drive_reproduces_the_application_time(tmp_path, loop_device):
-    # The copy, captured twice on one loop device (their difference is the noise), then the
-    # first capture replayed causally on that device: its I/O span is the captured one's
-    # within the noise or 25 %. (A copy this short is noisy on a shared machine, and part of
-    # cp's own CPU time falls between its trace's bursts: bench/causal.py measured -22 % on
-    # its fast drive, 0 % on its slow one.)
+    # The BLOB store (two clients contending on SQLite, so its sleeps are recorded and used),
+    # captured twice on one loop device (their difference is the noise), then the first
+    # capture replayed causally on that device: its I/O span is the captured one's within the
+    # noise or 25 %. (Not the file copy: cp's own CPU time is not in its trace, and on a fast
+    # drive its replay runs 22-34 % short, as the README says.)
     from replay.runner import RunOptions, replay
     from traces.capture.recipes import load
     from traces.trace import read_trace
@@ -453,13 +453,14 @@ def test_causal_replay_on_the_capturing_drive_reproduces_the_application_time(tm
     dev = loop_device(1024 << 20)
     spans = []
     for k in range(2):
-        out = tmp_path / f"copy{k}.parquet"
-        load("filecopy").run(dev, out, notices=[], size_mb=192, memory_mb=128, destroy_data=True)
+        out = tmp_path / f"blob{k}.parquet"
+        load("blob").run(dev, out, notices=[], ops=300, populate_mb=64, clients=2, memory_mb=128,
+                         destroy_data=True)
         cols, _ = read_trace(out)
         spans.append((cols["ts_ns"] + cols["latency_ns"]).max() - cols["ts_ns"].min())
     noise = abs(spans[0] - spans[1]) / min(spans)
     res = tmp_path / "replay.parquet"
-    replay(tmp_path / "copy0.parquet", dev, RunOptions(causal=True, destroy_data=True, remap="wrap"), output=res)
+    replay(tmp_path / "blob0.parquet", dev, RunOptions(causal=True, destroy_data=True, remap="wrap"), output=res)
     cols, meta = read_trace(res)
     assert meta["run"]["mode"] == "causal"
     span = cols["complete_ns"].max() - cols["issue_ns"].min()
