@@ -253,8 +253,8 @@ class Sleeps:
 class Annotator:
     """Annotates a trace chunk by chunk, in order: `add(chunk)` returns the chunk's parent,
     parent2 (int32 rows back, 0: none), think_ns (int64), from_op (int8, the op of the
-    parent the think time runs from; -1: none) and woken (uint8, 1: parent2 is the I/O that
-    ended the process's sleep) columns.
+    parent the think time runs from; -1: none) and woken (uint8, 1: the row waits for the I/O
+    that ended its process's sleep) columns.
 
     `host_ns[a, b]`, when given (replay.calibrate), is the replayer's own time between an op
     `a` completing and an op `b` that waited for it reaching the device: its reaping and

@@ -128,6 +128,13 @@ def trace_facts(path: Path) -> dict:
     return facts
 
 
+def cpu_s(outcome: dict) -> str:
+    """The workload's CPU time as its recipe recorded it (user + system), or "-"."""
+    if outcome.get("cpu_user_s") is None:
+        return "-"
+    return f"{outcome['cpu_user_s'] + outcome['cpu_system_s']:.2f} s"
+
+
 def without_sleeps(trace: Path, into: Path) -> Path:
     """A copy of `trace` in `into` whose metadata has no recorded sleeps."""
     from traces.trace import read_trace, write_trace
@@ -249,7 +256,8 @@ def main(argv=None):
                     facts[w, name, r] = trace_facts(out)
                     f = facts[w, name, r]
                     print(f"  {w} on {name} #{r}: {f['elapsed_s']:.2f} s, {f['rows']} I/Os over "
-                          f"{f['io_span_s']:.2f} s, {f['sleeps']} sleeps ({f['slept_s']:.2f} s)", flush=True)
+                          f"{f['io_span_s']:.2f} s, {f['sleeps']} sleeps ({f['slept_s']:.2f} s), "
+                          f"CPU {cpu_s(f['outcome'])}", flush=True)
         if a.capture_only:
             return
         for w in workloads:
