@@ -170,6 +170,37 @@ def run_fio(args: list[str]) -> dict:
     return job
 
 
+# ---- the floor (floor.c) ------------------------------------------------------------------
+
+FLOOR_RECORD = np.dtype([("ts_ns", "<i8"), ("offset", "<i8"), ("length", "<u4"), ("op", "<u4")])
+
+
+def build_floor(directory) -> Path:
+    """Compile floor.c into `directory` with the system's cc (liburing-dev needed); returns
+    the binary."""
+    out = Path(directory, "floor")
+    subprocess.run(["cc", "-O2", "-o", str(out), str(HERE / "floor.c"), "-luring", "-lpthread"],
+                   check=True, capture_output=True, text=True)
+    return out
+
+
+def write_floor_trace(path, ts_ns, offset, length, op) -> Path:
+    """The trace as floor.c reads it: packed little-endian records (ts_ns, offset, length, op)."""
+    rec = np.empty(len(ts_ns), FLOOR_RECORD)
+    rec["ts_ns"], rec["offset"], rec["length"], rec["op"] = ts_ns, offset, length, op
+    rec.tofile(path)
+    return Path(path)
+
+
+def run_floor(binary, mode: str, dev, trace, arg) -> dict:
+    """One floor run (`mode` timed, psync or uring; `arg` the lateness output file, threads
+    or queue depth); returns its JSON line (ios, seconds, iops, cpu_s)."""
+    proc = subprocess.run([str(binary), mode, str(dev), str(trace), str(arg)], capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"floor {mode} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 # ---- traces -------------------------------------------------------------------------------
 
 def random_trace(path, n, span, *, read_share=1.0, ts_ns=None, seed=1, bs=4096):

@@ -87,6 +87,22 @@ def reset_zram(tries: int = 50) -> None:
 
 
 @contextlib.contextmanager
+def zram_or_shm(size: int = 2 * GIB, span: int = GIB):
+    """/dev/zram0 as zram_device makes it (loading the zram module if it is missing), or, where
+    there is no zram or zram0 is someone else's, a loop device over /dev/shm. Yields (kind,
+    device)."""
+    if not Path(ZRAM).exists():
+        with contextlib.suppress(OSError):  # no modprobe: the fallback below
+            subprocess.run(["modprobe", "zram"], check=False, capture_output=True)
+    if Path(ZRAM, "disksize").exists() and int(Path(ZRAM, "disksize").read_text()) == 0:
+        with zram_device(size=size, span=span) as dev:
+            yield "zram", dev
+    else:
+        with shm_loop_device(size=size, span=span) as dev:
+            yield "shm loop", dev
+
+
+@contextlib.contextmanager
 def target(kind: str, size: int = 2 * GIB, span: int = GIB):
     """`kind` is "loop" or "zram"."""
     make = {"loop": loop_device, "zram": zram_device}[kind]

@@ -1,0 +1,124 @@
+"""AFAP against the floor and fio's best: 4 KiB random reads and 70/30 random read/write, as
+fast as possible, the same I/Os for every tool, alternating runs.
+
+- psync rows, /dev/zram0 (whose driver runs each I/O on the submitting CPU): `replay run
+  --afap --qd 32` with the engine the runner picks there; the floor's minimal pread/pwrite
+  loops, one thread per CPU; fio in its best configuration of io_uring QD32, libaio QD32 and
+  psync with 1, 2 and 4 jobs (each tried once on a quarter of the I/Os first).
+- io_uring rows, a loop device over /dev/shm, QD 1, 4, 32 and 128: ours with --engine io_uring;
+  the floor's minimal io_uring loop at the same depth (liburing, registered file and buffers,
+  batch submission); fio io_uring at the same depth.
+
+How to read it. IOPS are medians over the repetitions; "vs floor" and "vs fio" are medians of
+the per-repetition ratios ours / floor and ours / fio (goals, issue 23: >= 0.95 against the
+floor on every row, >= 1.0 against fio's best, >= 1.2 against fio io_uring on the /dev/shm
+loop device). CPU is microseconds of user + system time per I/O of the whole process: ours
+the replay() call (Parquet read and results written included), the floor's and fio's process
+(fio's job processes included); goal: ours <= fio's.
+"""
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import targets
+from _harness import (build_floor, machine, parser, random_trace, run_fio, run_floor, run_ours, table,
+                      write_floor_trace, write_json)
+from afap_vs_fio import config_name, fio_args
+
+WORKLOADS = {"randread": 1.0, "randrw70": 0.7}
+
+
+def same_trace(tmp, name, n, span, read_share):
+    """The trace as Parquet for ours and as records for the floor: the same rows."""
+    import pyarrow.parquet as pq
+
+    path = random_trace(Path(tmp, f"{name}.parquet"), n, span, read_share=read_share)
+    t = pq.read_table(path)
+    raw = write_floor_trace(Path(tmp, f"{name}.bin"), t["ts_ns"].to_numpy(), t["offset"].to_numpy(),
+                            t["length"].to_numpy(), t["op"].to_numpy())
+    return path, raw
+
+
+def measure(tmp, floor, dev, kind, wl, read_share, n, span, reps, *, engine, qd, floor_mode, floor_arg,
+            fio_candidates):
+    trace, raw = same_trace(tmp, f"{wl}-{qd}", n, span, read_share)
+    rw = "randread" if read_share == 1 else "randrw"
+    tried = {c: run_fio(fio_args(dev, rw, c, max(n // 4, 5000), span))["iops"] for c in fio_candidates}
+    best = max(tried, key=tried.get)
+    runs = []
+    for rep in range(reps):
+        run = {}
+        order = ["ours", "floor", "fio"]
+        for who in order[rep % 3:] + order[:rep % 3]:
+            if who == "ours":
+                o = run_ours(trace, dev, Path(tmp, "out.parquet"), afap=True, qd=qd, engine=engine)
+                run["ours"] = {"iops": o["iops"], "us_per_io": o["process_cpu_s"] / o["ios"] * 1e6,
+                               "engine": o["engine"]}
+            elif who == "floor":
+                f = run_floor(floor, floor_mode, dev, raw, floor_arg)
+                run["floor"] = {"iops": f["iops"], "us_per_io": f["cpu_s"] / f["ios"] * 1e6}
+            else:
+                f = run_fio(fio_args(dev, rw, best, n, span))
+                run["fio"] = {"iops": f["iops"], "us_per_io": f["child_cpu_s"] / f["ios"] * 1e6}
+        runs.append(run)
+    trace.unlink()
+    raw.unlink()
+    med = statistics.median
+    row = {"target": kind, "workload": wl, "qd": qd, "ios": n, "engine": runs[0]["ours"]["engine"],
+           "fio_config": config_name(best), "fio_tried": {config_name(c): v for c, v in tried.items()},
+           "runs": runs}
+    for who in ("ours", "floor", "fio"):
+        row[f"{who}_iops"] = med(r[who]["iops"] for r in runs)
+        row[f"{who}_us"] = med(r[who]["us_per_io"] for r in runs)
+    row["vs_floor"] = med(r["ours"]["iops"] / r["floor"]["iops"] for r in runs)
+    row["vs_fio"] = med(r["ours"]["iops"] / r["fio"]["iops"] for r in runs)
+    row["cpu_vs_fio"] = med(r["ours"]["us_per_io"] / r["fio"]["us_per_io"] for r in runs)
+    print(f"  {kind} {wl} QD{qd}: ours {row['ours_iops']:,.0f}, floor {row['floor_iops']:,.0f}, "
+          f"fio {row['fio_config']} {row['fio_iops']:,.0f} IOPS", flush=True)
+    return row
+
+
+def main():
+    p = parser(__doc__)
+    p.add_argument("--reps", type=int, help="repetitions per row (default 3, quick 1)")
+    p.add_argument("--targets", default="zram,shm", help="zram, shm or both (default)")
+    p.add_argument("--depths", default="1,4,32,128", help="io_uring rows' queue depths")
+    a = p.parse_args()
+    reps = a.reps or (1 if a.quick else 3)
+    span = (256 << 20) if a.quick else (1 << 30)
+    scale = 0.1 if a.quick else 1.0
+    cpus = os.cpu_count() or 1
+    results = []
+    with tempfile.TemporaryDirectory(prefix="tracereplay-bench-") as tmp:
+        floor = build_floor(tmp)
+        if "zram" in a.targets:
+            with targets.zram_device(span=span) as dev:
+                fio_best = [("io_uring", 1, 32), ("libaio", 1, 32), ("psync", 1, 1), ("psync", 2, 1), ("psync", 4, 1)]
+                for wl, share in WORKLOADS.items():
+                    results.append(measure(tmp, floor, dev, "zram", wl, share, int(1_000_000 * scale), span, reps,
+                                           engine=None, qd=32, floor_mode="psync", floor_arg=cpus,
+                                           fio_candidates=fio_best))
+        if "shm" in a.targets:
+            with targets.shm_loop_device(span=span) as dev:
+                for qd in [int(d) for d in a.depths.split(",")]:
+                    for wl, share in WORKLOADS.items():
+                        results.append(measure(tmp, floor, dev, "shm loop", wl, share, int(400_000 * scale), span,
+                                               reps, engine="io_uring", qd=qd, floor_mode="uring", floor_arg=qd,
+                                               fio_candidates=[("io_uring", 1, qd)]))
+    headers = ["target", "workload", "QD", "engine", "ours IOPS", "floor IOPS", "fio config", "fio IOPS",
+               "vs floor", "vs fio", "ours us/IO", "floor us/IO", "fio us/IO", "CPU vs fio"]
+    rows = [[r["target"], r["workload"], r["qd"], r["engine"], r["ours_iops"], r["floor_iops"], r["fio_config"],
+             r["fio_iops"], r["vs_floor"], r["vs_fio"], r["ours_us"], r["floor_us"], r["fio_us"], r["cpu_vs_fio"]]
+            for r in results]
+    print()
+    print(f"AFAP, 4 KiB, O_DIRECT; medians of {reps} alternating repetitions; ratios ours/floor and ours/fio "
+          "(goals >= 0.95 and >= 1.0; >= 1.2 vs fio io_uring on the shm loop device); CPU: user + system per I/O")
+    print(table(headers, rows))
+    write_json(a.json, {"machine": machine(), "reps": reps, "span": span, "rows": results})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+/* The floor: the least a replayer can do on this machine, for bench/floor_lateness.py and
+ * bench/afap_floor.py to measure ours against. Reads a trace the bench writes (24-byte
+ * little-endian records: int64 ts_ns, int64 offset, uint32 length, uint32 op, 0 read 1 write)
+ * and replays it on DEV with O_DIRECT in one of three ways:
+ *   floor timed DEV TRACE OUT   one thread spins on CLOCK_MONOTONIC to each absolute deadline,
+ *                               stamps the clock, then preads/pwrites; writes each I/O's
+ *                               lateness (int64 ns) to OUT
+ *   floor psync DEV TRACE N     AFAP: N threads, each one pread/pwrite loop over every Nth row
+ *   floor uring DEV TRACE QD    AFAP: one io_uring loop keeping QD in flight (registered file
+ *                               and buffers, batch submission)
+ * Prints one JSON line: ios, seconds, iops, cpu_s (user + system of the whole process).
+ * Built by the bench: cc -O2 -o floor floor.c -luring -lpthread */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct rec { int64_t ts_ns, offset; uint32_t length, op; };
+
+static struct rec *rows;
+static size_t nrows;
+static int fd;
+enum { ALIGN = 4096, MAXLEN = 1 << 20 };
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void die(const char *what) { perror(what); exit(1); }
+
+static void *buffer(size_t len) {
+    unsigned char *p;
+    if (posix_memalign((void **)&p, ALIGN, len)) die("posix_memalign");
+    for (size_t i = 0; i < len; i++) p[i] = (unsigned char)(i * 2654435761u >> 13); /* not all zeros */
+    return p;
+}
+
+static void load(const char *path) {
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st)) die(path);
+    nrows = st.st_size / sizeof(struct rec);
+    rows = malloc(nrows * sizeof(struct rec) + 1);
+    if (fread(rows, sizeof(struct rec), nrows, f) != nrows) die("fread");
+    fclose(f);
+}
+
+static long rw(void *buf, const struct rec *r) {
+    return r->op ? pwrite(fd, buf, r->length, r->offset) : pread(fd, buf, r->length, r->offset);
+}
+
+static void report(int64_t t0, int64_t t1) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    double s = (t1 - t0) / 1e9;
+    printf("{\"ios\": %zu, \"seconds\": %.6f, \"iops\": %.1f, \"cpu_s\": %.6f}\n", nrows, s, nrows / s, cpu);
+}
+
+static void timed(const char *out) {
+    int64_t *late = malloc(nrows * sizeof(int64_t));
+    void *buf = buffer(MAXLEN);
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    int64_t t0 = now_ns() + 20000000, issue = t0;
+    for (size_t i = 0; i < nrows; i++) {
+        int64_t deadline = t0 + rows[i].ts_ns;
+        while ((issue = now_ns()) < deadline) {}
+        late[i] = issue - deadline;
+        if (rw(buf, &rows[i]) != (long)rows[i].length) die("pread/pwrite");
+    }
+    report(t0, issue);
+    FILE *f = fopen(out, "wb");
+    if (!f || fwrite(late, sizeof(int64_t), nrows, f) != nrows || fclose(f)) die(out);
+}
+
+struct job { size_t first, step; };
+
+static void *psync_loop(void *arg) {
+    struct job *j = arg;
+    void *buf = buffer(MAXLEN);
+    for (size_t i = j->first; i < nrows; i += j->step)
+        if (rw(buf, &rows[i]) != (long)rows[i].length) die("pread/pwrite");
+    return NULL;
+}
+
+static void psync(int n) {
+    pthread_t t[256];
+    struct job jobs[256];
+    int64_t t0 = now_ns();
+    for (int k = 0; k < n; k++) {
+        jobs[k] = (struct job){k, n};
+        if (pthread_create(&t[k], NULL, psync_loop, &jobs[k])) die("pthread_create");
+    }
+    for (int k = 0; k < n; k++) pthread_join(t[k], NULL);
+    report(t0, now_ns());
+}
+
+static void uring(unsigned qd) {
+    struct io_uring ring;
+    struct io_uring_params p = {.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN};
+    if (io_uring_queue_init_params(qd, &ring, &p) < 0) {
+        memset(&p, 0, sizeof(p));
+        if (io_uring_queue_init_params(qd, &ring, &p) < 0) die("io_uring_queue_init");
+    }
+    char *bufs = buffer((size_t)qd * MAXLEN);
+    struct iovec iov = {bufs, (size_t)qd * MAXLEN};
+    if (io_uring_register_files(&ring, &fd, 1) || io_uring_register_buffers(&ring, &iov, 1)) die("register");
+    unsigned *free_slots = malloc(qd * sizeof(unsigned)), nfree = qd;
+    for (unsigned k = 0; k < qd; k++) free_slots[k] = k;
+    size_t next = 0, done = 0;
+    int64_t t0 = now_ns();
+    while (done < nrows) {
+        while (nfree && next < nrows) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+            unsigned slot = free_slots[--nfree];
+            const struct rec *r = &rows[next++];
+            if (r->op) io_uring_prep_write_fixed(sqe, 0, bufs + (size_t)slot * MAXLEN, r->length, r->offset, 0);
+            else io_uring_prep_read_fixed(sqe, 0, bufs + (size_t)slot * MAXLEN, r->length, r->offset, 0);
+            sqe->flags |= IOSQE_FIXED_FILE;
+            sqe->user_data = slot;
+        }
+        if (io_uring_submit_and_wait(&ring, 1) < 0) die("io_uring_submit_and_wait");
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(&ring, head, cqe) {
+            if (cqe->res < 0) { errno = -cqe->res; die("io_uring I/O"); }
+            free_slots[nfree++] = (unsigned)cqe->user_data;
+            seen++;
+        }
+        io_uring_cq_advance(&ring, seen);
+        done += seen;
+    }
+    report(t0, now_ns());
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: floor timed|psync|uring DEV TRACE OUT|THREADS|QD\n");
+        return 2;
+    }
+    load(argv[3]);
+    if ((fd = open(argv[2], O_RDWR | O_DIRECT)) < 0) die(argv[2]);
+    if (!strcmp(argv[1], "timed")) timed(argv[4]);
+    else if (!strcmp(argv[1], "psync")) psync(atoi(argv[4]));
+    else if (!strcmp(argv[1], "uring")) uring((unsigned)atoi(argv[4]));
+    else { fprintf(stderr, "floor: unknown mode %s\n", argv[1]); return 2; }
+    return 0;
+}
