@@ -5,8 +5,10 @@ lockdown) and blktrace (where it can open its relay files). Lost events are coun
 stored in the trace's metadata and, with strict=True, an error.
 """
 import datetime
+import math
 import os
 import platform
+import select
 import shlex
 import signal
 import stat
@@ -30,6 +32,8 @@ __all__ = ["CaptureError", "CaptureResult", "capture", "device_info"]
 BACKENDS = ("auto", "tracefs", "blktrace")
 # A command that ignores SIGTERM this long after Ctrl-C is killed.
 _TERM_GRACE_S = 5.0
+# How often the wait looks at a caller's `stop` event.
+_STOP_POLL_S = 0.05
 
 
 @dataclass
@@ -98,18 +102,22 @@ def _tool_version() -> str:
 
 
 class _Stopper:
-    """SIGINT, SIGTERM and SIGHUP set an event instead of raising, so cleanup runs in order;
-    restored on exit."""
+    """SIGINT, SIGTERM and SIGHUP end the wait instead of raising, so cleanup runs in order;
+    restored on exit.
+
+    The handler only records the signal and writes a byte to a pipe that `wait` selects on.
+    It runs in the main thread between two bytecodes, perhaps while that thread holds a
+    lock: one that called `Event.set()` deadlocked against the interrupted `Event.wait`,
+    which holds the same lock, and the capture then ignored every further signal.
+    """
 
     def __init__(self, stop: threading.Event | None = None):
-        self.event = threading.Event()
         self.signal = None
         self._old = {}
         self._stop = stop
 
     def __enter__(self):
-        if self._stop is not None:  # a caller's stop event ends the wait like a signal
-            threading.Thread(target=lambda: (self._stop.wait(), self.event.set()), daemon=True).start()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 self._old[sig] = signal.signal(sig, self._handle)
@@ -117,11 +125,28 @@ class _Stopper:
 
     def _handle(self, signum, frame):
         self.signal = signum
-        self.event.set()
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:  # the pipe is full of earlier signals: it wakes the wait already
+            pass
+
+    @property
+    def stopped(self) -> bool:
+        return self.signal is not None or (self._stop is not None and self._stop.is_set())
+
+    def wait(self, timeout: float | None) -> None:
+        """Sleep up to `timeout` seconds (None: no limit), less if a signal comes."""
+        if self._stop is not None:  # a caller's stop event is polled: no thread, no lock shared
+            timeout = _STOP_POLL_S if timeout is None else min(timeout, _STOP_POLL_S)
+        if not self.stopped:
+            select.select([self._wake_r], [], [], timeout)
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():
             signal.signal(sig, old)
+        self._old = {}
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
 
 def _choose_backend(backend: str, device: str, notices: list) -> str:
@@ -140,7 +165,7 @@ def _choose_backend(backend: str, device: str, notices: list) -> str:
 
 def _wait(stopper: _Stopper, proc, deadline) -> bool:
     """Wait for the command, the deadline or a signal; True if a signal ended the wait."""
-    while not stopper.event.is_set():
+    while not stopper.stopped:
         if proc is not None and proc.poll() is not None:
             return False
         if deadline is not None and time.monotonic() >= deadline:
@@ -148,7 +173,7 @@ def _wait(stopper: _Stopper, proc, deadline) -> bool:
         timeout = 0.05 if proc is not None else None
         if deadline is not None:
             timeout = min(timeout or 1.0, max(0.0, deadline - time.monotonic()))
-        stopper.event.wait(timeout)
+        stopper.wait(timeout)
     return True
 
 
@@ -202,8 +227,8 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
     """
     notices = [] if notices is None else notices
     output = Path(output)
-    if duration is not None and duration <= 0:
-        raise CaptureError(f"--duration must be positive, not {duration}")
+    if duration is not None and not 0 < duration < math.inf:  # nan too: it would never end
+        raise CaptureError(f"--duration takes a finite number of seconds above 0, not {duration:g}")
     if not output.parent.is_dir():
         raise CaptureError(f"{output.parent}: no such directory for the output trace")
     if os.geteuid() != 0:
