@@ -15,7 +15,7 @@ import numpy as np
 from numba import types
 from numba.typed import Dict, List
 
-from replay.errors import TraceFormatError
+from traces.errors import TraceFormatError
 from traces.schema import Flag, Op
 
 # A parent further back than this many rows is dropped (the I/O keeps its captured time): the

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from analysis.summary import RunSummary
-from replay.errors import ReplayError, TraceFormatError
+from traces.errors import ReplayError, TraceFormatError
 from traces.schema import RESULT_COLUMNS, TRACE_COLUMNS
 from traces.trace import open_trace
 

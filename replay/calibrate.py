@@ -62,7 +62,7 @@ def host_costs(target: str, engine: str | None, notices: list) -> np.ndarray | N
     """host[a, b], the replayer's own ns between an op `a` completing and an op `b` that waited
     for it reaching the device, measured on the block device `target` (its first 2 MiB are
     overwritten); None, with a notice, where it cannot be measured."""
-    from replay.errors import ReplayError
+    from traces.errors import ReplayError
     from traces.capture import capture
     from traces.trace import read_trace, write_trace
 

@@ -10,7 +10,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 # Ray resolves 127.0.0.1 to the machine's outward address unless told it runs no
 # multi-node cluster; for a cluster on loopback that is what keeps every byte on loopback.

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 # How far ahead of the last clock measurement the driver puts the start: room for each
 # host's child process to open its target and start its engine after it is told the instant.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replay.errors import TargetError
+from traces.errors import TargetError
 from traces.schema import Op
 
 MODES = ("fail", "wrap", "scale")

@@ -24,11 +24,11 @@ import pyarrow as pa
 from analysis.summary import RunSummary
 from analysis.summary import warm_up as summary_warm_up
 from replay import __version__, remap
-from replay.errors import EngineUnavailable, ReplayError
 from replay.signals import StopSignals, signum_of
 from replay.targets import (Target, check_output, check_output_path, check_safe_to_write, inspect_target,
                             scratch_target, unclaimed)
 from traces import library, schema
+from traces.errors import EngineUnavailable, ReplayError
 from traces.schema import Op
 from traces.trace import (JournalKept, TraceWriter, convert_journal, journal_in_use, open_trace,
                           read_journal)

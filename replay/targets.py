@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from replay.errors import TargetError, UnsafeTargetError
 from replay.remap import human_bytes
+from traces.errors import TargetError, UnsafeTargetError
 
 # <linux/fs.h>: _IOR(0x12, 114, size_t), _IO(0x12, 104), _IO(0x12, 123).
 BLKGETSIZE64 = 0x80081272

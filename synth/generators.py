@@ -16,7 +16,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 from traces.schema import TRACE_ARROW_SCHEMA, TRACE_COLUMNS, Op
 from traces.trace import DEFAULT_CHUNK_ROWS, TraceWriter, open_trace
 

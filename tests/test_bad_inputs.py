@@ -99,7 +99,7 @@ def test_traces_verify_calls_the_bad_traces_invalid(name):
 
 def test_workers_whose_buffers_do_not_fit_in_memory_are_refused():
     # 10,000 workers were OOM-killed without a word; each holds up to ~17 MB.
-    from replay.errors import ReplayError
+    from traces.errors import ReplayError
     from replay.runner import _check_memory
 
     _check_memory(8, 1024, 64 << 10, available=1 << 30)  # 8 x 17 MiB fit in 1 GiB

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from cli_process import replay_cli, replay_process, wait_for
 from analysis import scoring
 from analysis.summary import RunSummary
-from replay.errors import ReplayError, UnsafeTargetError
 from replay.runner import GeneratorSource, RunOptions, replay
 from synth import generators as g
 from synth.suite import UNBOUNDED, BenchError, BenchOptions, act_scores, run_bench, steady_scores
 from tests.test_run import marks, needs, on_loop, uring
 from traces import schema
+from traces.errors import ReplayError, UnsafeTargetError
 from traces.trace import open_trace
 
 MIB = 1 << 20

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from replay.errors import TraceFormatError
+from traces.errors import TraceFormatError
 from traces.formats import blkparse, blktrace
 from traces.schema import Op
 from traces.trace import open_trace, write_trace

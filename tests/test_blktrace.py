@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from replay.errors import TraceFormatError
 from traces import formats
+from traces.errors import TraceFormatError
 from traces.formats import blktrace
 from traces.schema import Flag, Op
 from traces.trace import open_trace, write_trace

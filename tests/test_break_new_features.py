@@ -1,8 +1,8 @@
 """Inputs users give the newest features, each answered with one clear line."""
 import pytest
 
-from replay.errors import ReplayError
 from traces import catalog
+from traces.errors import ReplayError
 
 
 def test_a_catalog_query_cannot_write_files(tmp_path):

@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_process import replay_cli, replay_process, wait_for
-from replay.errors import TraceFormatError
 from traces.capture import CaptureError, capture
 from traces.capture import tracefs
 from traces.capture.records import build, last_before, match_fifo, match_fifo_reference, parse_rwbs, sleeps
+from traces.errors import TraceFormatError
 from traces.schema import Flag, Op
 from traces.trace import open_trace, read_trace
 

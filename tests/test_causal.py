@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis import causal
-from replay.errors import TraceFormatError
 from tests.cli_process import replay_cli
+from traces.errors import TraceFormatError
 from traces.schema import Op
 from traces.trace import open_trace, write_trace
 

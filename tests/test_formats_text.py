@@ -13,8 +13,8 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay.errors import TraceFormatError
 from traces.convert import export_trace, import_trace, sniff
+from traces.errors import TraceFormatError
 from traces.schema import Op
 from traces.trace import read_trace, write_trace
 

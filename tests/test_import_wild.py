@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_process import replay_cli
-from replay.errors import TraceFormatError
 from traces.convert import import_trace
+from traces.errors import TraceFormatError
 from traces.formats import blkparse
 from traces.schema import Flag, Op
 from traces.trace import read_trace

@@ -4,9 +4,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replay.errors import ReplayError
 from synth.demo import oltp_like
 from traces import library, schema
+from traces.errors import ReplayError
 from traces.schema import Op
 from traces.trace import open_trace, read_trace
 

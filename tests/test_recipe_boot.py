@@ -16,9 +16,9 @@ import pytest
 
 from cli_process import replay_process
 from analysis.characterise import characterise
-from replay.errors import ReplayError
 from traces.capture.recipes import boot, boot_image
 from traces.capture.recipes.common import RecipeError
+from traces.errors import ReplayError
 from traces.trace import open_trace
 
 BUNDLED = Path(__file__).resolve().parent.parent / "traces" / "boot.parquet"

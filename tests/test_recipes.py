@@ -13,9 +13,9 @@ import pytest
 
 import cli_process
 from cli_process import replay_process
-from replay.errors import ReplayError
 from traces.capture.recipes import RECIPES, RecipeError, load, names
 from traces.capture.recipes.common import MIB, Session, parse_knobs
+from traces.errors import ReplayError
 from traces.schema import Op
 from traces.trace import read_trace
 

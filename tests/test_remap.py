@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from replay.errors import TargetError
 from replay.remap import Mapping, apply, human_bytes, plan_mapping
+from traces.errors import TargetError
 from traces.schema import Op
 
 GIB, MIB = 1 << 30, 1 << 20

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_process import replay_process, wait_for
-from replay.errors import ReplayError, TargetError, UnsafeTargetError
 from replay.runner import RunOptions, replay
 from traces import library
+from traces.errors import ReplayError, TargetError, UnsafeTargetError
 from traces.schema import RESULT_COLUMNS, Op
 from traces.trace import open_trace, read_trace, write_trace
 

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay.errors import ReplayError, TraceFormatError
 from replay.runner import RunOptions, replay
 from synth import generators as g
 from synth.generators import (
     BLOCK_ROWS, GeneratorError, act_load, fit_trace, precondition, random_mix,
     sequential_fill, sequential_mix, snia_purge_fill, to_trace,
 )
+from traces.errors import ReplayError, TraceFormatError
 from traces.schema import TRACE_COLUMNS, Op
 from traces.trace import open_trace, read_trace, write_trace
 

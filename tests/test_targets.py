@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from replay.errors import TargetError, UnsafeTargetError
 from replay.targets import Target, check_safe_to_write, inspect_target, scratch_target
+from traces.errors import TargetError, UnsafeTargetError
 
 MIB = 1 << 20
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay.errors import TraceFormatError
 from traces import schema
+from traces.errors import TraceFormatError
 from traces.schema import Op
 from traces.trace import TraceWriter, open_trace, read_trace, write_trace
 

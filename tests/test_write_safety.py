@@ -8,8 +8,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from replay.errors import ReplayError, TargetError, UnsafeTargetError
 from replay.runner import RunOptions, replay
+from traces.errors import ReplayError, TargetError, UnsafeTargetError
 from traces.schema import Op
 from traces.trace import read_trace, write_trace
 

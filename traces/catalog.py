@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 CATALOG_NAME = "catalog.parquet"
 # The table's columns, in order: names carry their units, as the trace schema's do.

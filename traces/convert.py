@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from replay.errors import ReplayError, TraceFormatError
 from traces import formats, schema
+from traces.errors import ReplayError, TraceFormatError
 from traces.formats.inputs import compression
 from traces.schema import Op
 from traces.trace import TraceWriter, _check_chunk, open_trace

@@ -5,7 +5,7 @@ A bare name ("demo") means `traces/demo.parquet`; anything else is taken as a pa
 import os
 from pathlib import Path
 
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 SUFFIX = ".parquet"
 

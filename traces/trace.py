@@ -39,8 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from replay.errors import TraceFormatError
 from traces import schema
+from traces.errors import TraceFormatError
 from traces.schema import Op
 
 DEFAULT_CHUNK_ROWS = 1 << 16

@@ -10,7 +10,7 @@ import typer
 from replay import signals
 from replay.commands import fail
 from replay.commands.run import Engine
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 
 TESTS = ("mix", "seqmix", "steady", "act", "pts")

@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 
 from replay import signals
 from replay.commands import fail
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 
 class Backend(str, Enum):

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from replay.commands import fail
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 
 def run_on_cluster(trace, target, options, plan, cluster, output, json_out):

@@ -8,8 +8,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from replay.commands import fail
-from replay.errors import ReplayError
 from traces import formats
+from traces.errors import ReplayError
 
 
 # The choices come from the one registry of formats (traces.formats.NAMES).

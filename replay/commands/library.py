@@ -8,7 +8,7 @@ import numpy as np
 import typer
 
 from replay.commands import fail
-from replay.errors import ReplayError, TraceFormatError
+from traces.errors import ReplayError, TraceFormatError
 
 app = typer.Typer(
     help="List, describe and check traces: the bundled library and your own .parquet files.",

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from replay.commands import fail
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 
 def recover(

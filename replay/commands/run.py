@@ -11,7 +11,7 @@ import typer
 
 from replay import signals
 from replay.commands import fail
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 
 class Engine(str, Enum):

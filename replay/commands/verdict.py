@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from replay.commands import emit, fail
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 
 def verdict(

@@ -15,7 +15,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from replay.errors import ReplayError, TraceFormatError
+from traces.errors import ReplayError, TraceFormatError
 
 EVENTS = ("block_rq_issue", "block_rq_complete", "block_bio_queue")
 # The sleep system calls, entry and exit, of every process: a process that sleeps between two

@@ -6,7 +6,7 @@ Every format module defines:
     sniff(path, head) -> bool whether `head` (the first 64 KiB, decompressed) is this format
     read(paths, options) -> (metadata: dict, chunks: Iterator[dict[str, np.ndarray]])
         streams the trace in chunks in the common schema (traces.schema), in bounded memory,
-        raising replay.errors.TraceFormatError with the file and line or byte offset
+        raising traces.errors.TraceFormatError with the file and line or byte offset
 and optionally
     write(trace: traces.trace.TraceFile, out: Path, options: dict) -> None   (export)
     ZERO_AT_FIRST = True      times count from the first record (moved when it is dropped)
@@ -15,7 +15,7 @@ and optionally
 import importlib
 from pathlib import Path
 
-from replay.errors import TraceFormatError
+from traces.errors import TraceFormatError
 from traces.formats.inputs import read_head
 
 # In sniffing order: the binary and self-describing formats first, bare CSVs last.

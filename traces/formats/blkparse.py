@@ -10,8 +10,8 @@ import re
 
 import numpy as np
 
-from replay.errors import TraceFormatError
 from traces import convert
+from traces.errors import TraceFormatError
 from traces.formats import blktrace
 
 NAME = "blkparse"

@@ -17,8 +17,8 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replay.errors import TraceFormatError
 from traces import convert
+from traces.errors import TraceFormatError
 from traces.schema import Op
 
 NAME = "blkreplay"

@@ -18,8 +18,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from replay.errors import TraceFormatError
 from traces import convert
+from traces.errors import TraceFormatError
 from traces.formats.inputs import open_input
 from traces.schema import Flag, Op
 

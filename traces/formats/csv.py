@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from replay.errors import TraceFormatError
 from traces import convert, schema
+from traces.errors import TraceFormatError
 
 NAME = "csv"
 DESCRIPTION = "tracereplay CSV (header of schema column names: ts_ns,op,offset,length,...)"

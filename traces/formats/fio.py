@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replay.errors import TraceFormatError
 from traces import convert
+from traces.errors import TraceFormatError
 from traces.schema import Op
 
 NAME = "fio"

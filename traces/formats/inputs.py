@@ -4,7 +4,7 @@ import io
 import lzma
 from pathlib import Path
 
-from replay.errors import TraceFormatError
+from traces.errors import TraceFormatError
 
 HEAD_BYTES = 64 * 1024
 _MAGIC = {b"\x1f\x8b": "gzip", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}

@@ -8,8 +8,8 @@ import datetime
 import numpy as np
 import pyarrow as pa
 
-from replay.errors import TraceFormatError
 from traces import convert
+from traces.errors import TraceFormatError
 from traces.schema import Op
 
 NAME = "msr"

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replay.errors import ReplayError
 from traces import convert
+from traces.errors import ReplayError
 from traces.schema import Op
 
 NAME = "umass"

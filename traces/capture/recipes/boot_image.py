@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 DEFAULT_CACHE_DIR = Path("/var/cache/tracereplay")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from replay.errors import ReplayError
+from traces.errors import ReplayError
 
 __all__ = ["RecipeError", "Session", "MemoryCgroup", "parse_knobs", "require", "version_of", "run"]
 
