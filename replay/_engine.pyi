@@ -11,10 +11,6 @@ import numpy.typing as npt
 
 EngineName = Literal["io_uring", "psync", "null"]
 
-class EngineSetupError(OSError):
-    """The I/O engine itself could not start (the target opened fine): an OSError with errno,
-    e.g. EPERM where a seccomp profile refuses io_uring."""
-
 class Summary(TypedDict):
     """What `Replayer.join` returns."""
 
@@ -83,7 +79,7 @@ class Replayer:
         I/O completes exactly this long after its submission (0: at once).
 
         Raises ValueError for a bad argument, OSError (errno set) when the target cannot be
-        opened, EngineSetupError when the engine cannot start.
+        opened, traces.errors.EngineSetupError (an OSError) when the engine cannot start.
         """
     def progress(self) -> Progress:
         """The run's progress, readable from any thread (even while `push` or `join`

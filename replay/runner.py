@@ -28,7 +28,7 @@ from replay.signals import StopSignals, signum_of
 from replay.targets import (Target, check_output, check_output_path, check_safe_to_write, inspect_target,
                             scratch_target, unclaimed)
 from traces import library, schema
-from traces.errors import EngineUnavailable, ReplayError
+from traces.errors import EngineSetupError, ReplayError
 from traces.schema import Op
 from traces.trace import (JournalKept, TraceWriter, convert_journal, journal_in_use, open_trace,
                           read_journal)
@@ -485,7 +485,7 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
         except OSError as e:
             if reps:
                 raise ReplayError(f"cannot start worker {len(reps) + 1}: {e}") from None
-            setup = isinstance(e, _engine.EngineSetupError)
+            setup = isinstance(e, EngineSetupError)
             if engine == "io_uring" and setup and e.errno in _URING_REFUSED:
                 notices.append(f"io_uring is refused here ({errno.errorcode[e.errno]}); "
                                "using the psync engine (a pool of pread/pwrite threads)")
@@ -498,7 +498,7 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
                 raise ReplayError(f"{target.path} is busy: it is mounted or claimed by another "
                                   "user; unmount it or choose another target") from None
             elif setup:
-                raise EngineUnavailable(e.errno, f"{e}; try another --engine") from None
+                raise  # an EngineUnavailable whose message suggests another engine
             else:
                 raise ReplayError(f"{e.strerror or e}: cannot replay on {target.path}") from None
     return reps, engine, direct

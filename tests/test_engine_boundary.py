@@ -123,6 +123,33 @@ def test_the_aborts_found_on_psync_are_refused_in_a_fresh_process(target):
     assert run.stdout.count("refused: push: row 0") == 4 and "survived" in run.stdout
 
 
+# The target opens as the lowest free descriptor, the limit leaves none for the ring.
+RING_FD_REFUSED = """
+import errno, os, resource
+from replay import _engine
+from traces.errors import EngineSetupError, ReplayError
+free = os.open("/dev/null", os.O_RDONLY)
+os.close(free)
+resource.setrlimit(resource.RLIMIT_NOFILE, (free + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:
+    _engine.Replayer({path!r}, engine="io_uring", afap=True, depth=4, writable=False,
+                     direct=False, max_length=4096)
+except ReplayError as e:
+    print(type(e) is EngineSetupError, isinstance(e, OSError), e.errno == errno.EMFILE)
+    print(e)
+"""
+
+
+@marks(uring)
+def test_an_engine_that_cannot_start_raises_a_replay_error_that_is_an_os_error(target):
+    run = subprocess.run([sys.executable, "-c", RING_FD_REFUSED.format(path=str(target))],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-2000:]}"
+    kind, message = run.stdout.splitlines()
+    assert kind == "True True True"
+    assert message.startswith("[Errno 24] cannot set up io_uring: ") and message.endswith("; try another --engine")
+
+
 def _valid(op, offset, length):
     if op > 3 or offset < 0 or length < 0 or offset + length > I64_MAX:
         return False

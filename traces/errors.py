@@ -34,3 +34,8 @@ class UnsafeTargetError(TargetError):
 
 class EngineUnavailable(ReplayError, OSError):
     """The requested I/O engine cannot run here (io_uring refused, extension missing)."""
+
+
+class EngineSetupError(EngineUnavailable):
+    """Raised by the Rust engine (replay._engine) when the engine itself cannot start (the
+    target opened fine), with errno set: e.g. EPERM where a seccomp profile refuses io_uring."""

@@ -25,12 +25,9 @@ use crate::psync::PsyncEngine;
 use crate::run::{run, Chunk, ChunkResult, Mode, Summary, START_UNSET};
 use crate::uring::UringEngine;
 
-pyo3::create_exception!(
-    _engine,
-    EngineSetupError,
-    PyOSError,
-    "The I/O engine itself could not start (the target opened fine): an OSError with errno."
-);
+// The I/O engine itself could not start (the target opened fine): an OSError with errno.
+// Defined in Python, in the one hierarchy of tracereplay's errors, so no caller translates it.
+pyo3::import_exception!(traces.errors, EngineSetupError);
 
 /// The one conversion from Rust I/O errors to Python: OSError with errno and a message
 /// saying what the engine was doing.
@@ -43,7 +40,8 @@ fn os_error(context: &str, e: io::Error) -> PyErr {
 
 /// The same for a failure to set up the engine, so Python can fall back to another one.
 fn setup_error(context: &str, e: io::Error) -> PyErr {
-    EngineSetupError::new_err((e.raw_os_error().unwrap_or(libc::EIO), format!("{context}: {e}")))
+    let message = format!("{context}: {e}; try another --engine");
+    EngineSetupError::new_err((e.raw_os_error().unwrap_or(libc::EIO), message))
 }
 
 type RunOutcome = io::Result<Summary>;
@@ -356,6 +354,5 @@ impl Drop for Replayer {
 fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Replayer>()?;
     m.add_class::<Progress>()?;
-    m.add("EngineSetupError", m.py().get_type::<EngineSetupError>())?;
     Ok(())
 }
