@@ -72,11 +72,16 @@ where
 /// The time source of the core loop. Production uses `Monotonic` (a zero-sized type, so the
 /// generic loop compiles to direct calls); the pacing tests drive the loop with a clock they
 /// advance themselves.
-pub trait Clock {
+pub trait Clock: Sync {
     /// Now, in ns.
     fn now(&self) -> i64;
-    /// Return no earlier than `t` (ns).
-    fn wait_until(&self, t: i64);
+    /// Return no earlier than `t` (ns); returns the time it last read, >= `t`, so a caller
+    /// that issues right away can take it as its issue time (as the floor does).
+    fn wait_until(&self, t: i64) -> i64;
+    /// A thread that waits on this clock starts and ends (a test clock that advances only when
+    /// every such thread waits counts them; the real one has nothing to do).
+    fn thread_started(&self) {}
+    fn thread_done(&self) {}
 }
 
 /// CLOCK_MONOTONIC, waited on by sleeping and then spinning the last `SPIN_NS`.
@@ -89,7 +94,7 @@ impl Clock for Monotonic {
         now_ns()
     }
 
-    fn wait_until(&self, t: i64) {
+    fn wait_until(&self, t: i64) -> i64 {
         loop {
             let left = t - now_ns();
             if left <= SPIN_NS {
@@ -97,8 +102,13 @@ impl Clock for Monotonic {
             }
             std::thread::sleep(std::time::Duration::from_nanos((left - SPIN_NS).min(50_000_000) as u64));
         }
-        while now_ns() < t {
-            std::hint::spin_loop();
+        // No pause instruction in the spin: on this VM it makes each turn ~40 ns slower,
+        // which doubles the median lateness against the floor's bare loop (0.021 vs 0.011 us).
+        loop {
+            let now = now_ns();
+            if now >= t {
+                return now;
+            }
         }
     }
 }

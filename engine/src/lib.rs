@@ -6,6 +6,7 @@ pub mod causal;
 pub mod clock;
 pub mod data;
 pub mod null;
+pub mod pool;
 pub mod psync;
 pub mod run;
 pub mod uring;

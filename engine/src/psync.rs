@@ -116,7 +116,7 @@ impl PsyncEngine {
             let shared = Arc::clone(&shared);
             let t = spawn_without_signals(std::thread::Builder::new().name(format!("psync-{i}")), move || {
                 while let Some(io) = shared.next_job() {
-                    shared.complete(perform(fd, &io, is_block));
+                    shared.complete(perform(fd, &io, is_block, now_ns()));
                 }
             })?;
             engine.threads.push(t); // on an error here, dropping `engine` ends the others
@@ -170,10 +170,11 @@ impl PsyncEngine {
     }
 }
 
-/// Runs one I/O, timing the start and the end of its system call.
-fn perform(fd: RawFd, io: &Io, is_block: bool) -> Completion {
+/// Runs one I/O, its system call started right after `issue_ns` (the caller's last clock
+/// read), and times its end.
+#[inline]
+pub(crate) fn perform(fd: RawFd, io: &Io, is_block: bool, issue_ns: i64) -> Completion {
     let off = io.offset as libc::off_t; // < 2^63: the boundary refuses larger offsets
-    let issue_ns = now_ns();
     // SAFETY: a data I/O's buffer is valid for its length until this completion is reported
     // (the contract of `Engine::queue`); `fd` is the run's open target, closed only after
     // these threads are joined.
@@ -211,7 +212,7 @@ impl Engine for PsyncEngine {
         // (never while it spins towards a deadline: that is Wait::No).
         let mut reaped = 0;
         if let Some(io) = self.submit(self.inline && wait != Wait::No) {
-            done(perform(self.fd, &io, self.is_block));
+            done(perform(self.fd, &io, self.is_block, now_ns()));
             reaped += 1;
             self.take(Wait::No);
         } else {

@@ -21,6 +21,7 @@ use crate::backend::Engine;
 use crate::clock::{spawn_without_signals, Monotonic};
 use crate::data::{Buffers, DataPattern, MAX_DATA_LENGTH};
 use crate::null::NullEngine;
+use crate::pool::{pool_threads, run_pool, Psync};
 use crate::psync::PsyncEngine;
 use crate::run::{run, Chunk, ChunkResult, Mode, Summary, START_UNSET};
 use crate::uring::UringEngine;
@@ -161,13 +162,16 @@ impl Replayer {
             (_, None) => return Err(PyValueError::new_err(format!("the {engine} engine needs a target"))),
         };
         let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
-        let eng: Box<dyn Engine> = match engine {
-            "null" => Box::new(NullEngine::with_service(depth, service_ns)),
+        // psync replays in open loop and AFAP on a pool whose threads issue their own I/Os.
+        let pool = (engine == "psync" && !causal).then(|| (Psync { fd, is_block }, pool_threads(depth, sync_driver)));
+        let eng: Option<Box<dyn Engine>> = match engine {
+            "null" => Some(Box::new(NullEngine::with_service(depth, service_ns))),
+            "psync" if pool.is_some() => None,
             "psync" => {
                 let eng = PsyncEngine::new(fd, depth, is_block, sync_driver);
-                Box::new(eng.map_err(|e| setup_error("cannot start the psync threads", e))?)
+                Some(Box::new(eng.map_err(|e| setup_error("cannot start the psync threads", e))?))
             }
-            "io_uring" => Box::new(UringEngine::new(fd, depth, &bufs, is_block).map_err(|e| setup_error("cannot set up io_uring", e))?),
+            "io_uring" => Some(Box::new(UringEngine::new(fd, depth, &bufs, is_block).map_err(|e| setup_error("cannot set up io_uring", e))?)),
             other => return Err(PyValueError::new_err(format!("unknown engine '{other}': use io_uring, psync or null"))),
         };
         let (in_tx, in_rx) = sync_channel(queue_chunks.max(1));
@@ -181,7 +185,13 @@ impl Replayer {
         let thread = spawn_without_signals(std::thread::Builder::new().name("replay-engine".into()), move || {
                 crate::clock::set_precise_timer_slack();
                 let mut eng = eng;
-                let summary = run(eng.as_mut(), &bufs, mode, depth, &start_flag, in_rx, out_tx, &stop_flag, &completed_count, &Monotonic);
+                let summary = match (&mut eng, &pool) {
+                    (Some(eng), _) => run(eng.as_mut(), &bufs, mode, depth, &start_flag, in_rx, out_tx, &stop_flag, &completed_count, &Monotonic),
+                    (None, Some((psync, threads))) => {
+                        run_pool(psync, *threads, &bufs, mode, depth, &start_flag, in_rx, out_tx, &stop_flag, &completed_count, &Monotonic)
+                    }
+                    (None, None) => unreachable!("an engine or a pool"),
+                };
                 // Order matters: the engine (its ring, its threads) goes before the buffers
                 // it points into and the file it uses.
                 drop(eng);

@@ -30,7 +30,7 @@ pub enum Mode {
 }
 
 /// Never block longer than this, so a stop request is seen promptly even in a long idle gap.
-const MAX_BLOCK_NS: i64 = 50_000_000;
+pub(crate) const MAX_BLOCK_NS: i64 = 50_000_000;
 
 /// `run`'s start when none was set: the first chunk's arrival.
 pub const START_UNSET: i64 = i64::MIN;
@@ -77,11 +77,11 @@ fn check_row(op: u8, offset: i64, length: i64, max_length: u64) -> Result<(), St
 /// A slice of the trace: the columns the engine needs, rows `base..base + len`. Built only
 /// by `Chunk::new`, which checks every row, so the loop can trust them.
 pub struct Chunk {
-    base: u64,
-    ts_ns: Vec<i64>,
-    op: Vec<u8>,
+    pub(crate) base: u64,
+    pub(crate) ts_ns: Vec<i64>,
+    pub(crate) op: Vec<u8>,
     offset: Vec<i64>,
-    length: Vec<i64>,
+    pub(crate) length: Vec<i64>,
     flags: Option<Vec<u8>>,
     deps: Option<ChunkDeps>,
 }
@@ -152,6 +152,17 @@ impl Chunk {
         self.op.len()
     }
 
+    /// What row `i` records for an engine's `result`: a discard or punch-hole reports 0 on
+    /// success, and records the bytes it covered.
+    #[inline]
+    pub(crate) fn result(&self, i: usize, result: i64) -> i64 {
+        if self.op[i] == OP_DISCARD && result == 0 {
+            self.length[i]
+        } else {
+            result
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.op.is_empty()
     }
@@ -159,10 +170,17 @@ impl Chunk {
     /// Row `i` as an I/O, its data buffer taken from `bufs` (which checks its length).
     #[inline]
     fn io(&self, i: usize, bufs: &Buffers) -> Io {
+        self.io_reading_into(i, bufs, self.base + i as u64)
+    }
+
+    /// Row `i` as an I/O; a read lands in the read slot `bufs` picks for `slot` (the psync
+    /// pool gives each thread its own, so no two reads share pages).
+    #[inline]
+    pub(crate) fn io_reading_into(&self, i: usize, bufs: &Buffers, slot: u64) -> Io {
         let token = self.base + i as u64;
         let len = self.length[i]; // >= 0, and <= the buffers for data: checked in `new`
         let kind = match self.op[i] {
-            OP_READ => IoKind::Read { buf: bufs.read_destination(token, len as usize), len: len as u32 },
+            OP_READ => IoKind::Read { buf: bufs.read_destination(slot, len as usize), len: len as u32 },
             OP_WRITE => {
                 let fua = self.flags.as_ref().is_some_and(|f| f[i] & FLAG_FUA != 0);
                 IoKind::Write { buf: bufs.write_source(token, len as usize), len: len as u32, fua }
@@ -366,8 +384,7 @@ impl<C: Clock> Core<'_, C> {
                 a.out.issue_ns[i] = at - t0;
             }
             a.out.complete_ns[i] = c.complete_ns - t0;
-            // A discard or punch-hole reports 0 on success; record the bytes it covered.
-            a.out.result[i] = if a.chunk.op[i] == OP_DISCARD && c.result == 0 { a.chunk.length[i] } else { c.result };
+            a.out.result[i] = a.chunk.result(i, c.result);
             a.outstanding -= 1;
             // Its children wait for its completion, failed or not.
             if let Some(s) = sched.as_mut() {
@@ -404,6 +421,57 @@ impl<C: Clock> Core<'_, C> {
     }
 }
 
+/// The start of a run: waits for the first chunk, then for the start instant (`start`'s value,
+/// or the first chunk's arrival if it is START_UNSET), returning both. Stopped meanwhile, it
+/// sends the chunk back unissued and returns the run's summary instead.
+pub(crate) fn begin<C: Clock>(
+    input: &Receiver<Chunk>,
+    output: &Sender<ChunkResult>,
+    start: &AtomicI64,
+    stop: &AtomicBool,
+    clock: &C,
+) -> Result<(Chunk, i64), Summary> {
+    let stopped = |start_ns| Summary { start_ns, rows_issued: 0, interrupted: true, cpu_ns: thread_cpu_ns() };
+    let first = loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(stopped(clock.now()));
+        }
+        match input.recv_timeout(Duration::from_millis(50)) {
+            Ok(chunk) => break chunk,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(Summary { start_ns: clock.now(), rows_issued: 0, interrupted: false, cpu_ns: thread_cpu_ns() })
+            }
+        }
+    };
+    let t0 = match start.load(Ordering::Acquire) {
+        START_UNSET => clock.now(),
+        t => t,
+    };
+    if wait_or_stop(clock, t0, stop).is_none() {
+        let _ = output.send(Active::new(first).out);
+        return Err(stopped(t0));
+    }
+    Ok((first, t0))
+}
+
+/// Wait until `t` on `clock`, in steps of at most MAX_BLOCK_NS so that a stop request is seen
+/// (a start or a deadline may lie hours ahead); returns the time `wait_until` last read, or
+/// None if stopped first.
+#[inline]
+pub(crate) fn wait_or_stop<C: Clock>(clock: &C, t: i64, stop: &AtomicBool) -> Option<i64> {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let now = clock.now();
+        if t - now <= MAX_BLOCK_NS {
+            return Some(clock.wait_until(t));
+        }
+        clock.wait_until(now + MAX_BLOCK_NS);
+    }
+}
+
 /// Run until the input closes and everything issued has completed, or until `stop` is set
 /// (then in-flight I/Os are reaped and the unissued rest is returned marked). Times in the
 /// results are relative to the start: `start`'s value on `clock` if it is not START_UNSET
@@ -423,24 +491,10 @@ pub fn run<C: Clock>(
     clock: &C,
 ) -> io::Result<Summary> {
     engine.start()?;
-    let first = loop {
-        if stop.load(Ordering::Relaxed) {
-            break None;
-        }
-        match input.recv_timeout(Duration::from_millis(50)) {
-            Ok(chunk) => break Some(chunk),
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => break None,
-        }
+    let (first, t0) = match begin(&input, &output, start, stop, clock) {
+        Ok(begun) => begun,
+        Err(summary) => return Ok(summary),
     };
-    let Some(first) = first else {
-        return Ok(Summary { start_ns: clock.now(), rows_issued: 0, interrupted: stop.load(Ordering::Relaxed), cpu_ns: thread_cpu_ns() });
-    };
-    let t0 = match start.load(Ordering::Acquire) {
-        START_UNSET => clock.now(),
-        t => t,
-    };
-    clock.wait_until(t0);
     let sched = match mode {
         Mode::Causal { speed, think_scale } => Some(Box::new(Scheduler::new(speed, think_scale))),
         _ => None,
@@ -659,6 +713,27 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_is_seen_while_waiting_for_a_start_an_hour_ahead() {
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
+        let (tx, rx) = sync_channel(1);
+        tx.send(chunk(0, vec![0, 1000])).unwrap();
+        let (otx, orx) = channel();
+        let (stop, start) = (AtomicBool::new(false), AtomicI64::new(now_ns() + 3_600_000_000_000));
+        let begun = now_ns();
+        let summary = std::thread::scope(|s| {
+            let h = s.spawn(|| run(&mut NullEngine::new(4), &bufs, Mode::Original { speed: 1.0 }, 4, &start, rx, otx, &stop, &AtomicU64::new(0), &Monotonic));
+            std::thread::sleep(Duration::from_millis(100));
+            stop.store(true, Ordering::Relaxed);
+            h.join().unwrap().unwrap()
+        });
+        drop(tx);
+        assert!(now_ns() - begun < 10_000_000_000, "the stop waited for the start");
+        assert!(summary.interrupted);
+        let out: Vec<_> = orx.into_iter().collect();
+        assert_eq!((out.len(), out[0].issued, out[0].issue_ns[0]), (1, 0, -1));
+    }
+
+    #[test]
     fn depth_bounds_in_flight() {
         // With the null engine every enter completes everything, so track via a wrapper.
         struct Counting {
@@ -696,8 +771,8 @@ mod tests {
         fn now(&self) -> i64 {
             self.0.load(Ordering::Relaxed)
         }
-        fn wait_until(&self, t: i64) {
-            self.0.fetch_max(t, Ordering::Relaxed);
+        fn wait_until(&self, t: i64) -> i64 {
+            self.0.fetch_max(t, Ordering::Relaxed).max(t)
         }
     }
 

@@ -1,0 +1,550 @@
+//! The psync pool: open-loop and AFAP replay with no hand-off between threads. Each idle thread
+//! claims the next row, waits for its deadline itself (sleeping, then spinning the last
+//! SPIN_NS; AFAP: not at all), makes the system call and writes the row's results in place.
+//! No I/O crosses a thread, no lock is taken per I/O, and a thread held up in one I/O (or off
+//! its CPU) delays no other row: the next idle thread takes it.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::backend::{Completion, Io};
+use crate::clock::{intended_ns, set_precise_timer_slack, thread_cpu_ns, Clock};
+use crate::data::Buffers;
+use crate::psync::perform;
+use crate::run::{begin, wait_or_stop, Chunk, ChunkResult, Mode, Summary};
+
+/// Starts one I/O's system call and reports its completion, on the calling thread.
+pub trait Issuer: Sync {
+    /// `at` is the caller's last clock read, just before: the I/O's issue time.
+    fn issue(&self, io: &Io, at: i64) -> Completion;
+}
+
+/// pread/pwrite/fdatasync/discard on the run's target.
+pub struct Psync {
+    pub fd: RawFd,
+    pub is_block: bool,
+}
+
+impl Issuer for Psync {
+    #[inline]
+    fn issue(&self, io: &Io, at: i64) -> Completion {
+        perform(self.fd, io, self.is_block, at)
+    }
+}
+
+/// The pool's threads: one per CPU for a driver that runs each I/O on the CPU that submits it
+/// (zram, brd: more threads than CPUs only queue for them), else one per I/O of `depth`.
+pub fn pool_threads(depth: usize, sync_driver: bool) -> usize {
+    if sync_driver {
+        std::thread::available_parallelism().map_or(1, |c| c.get())
+    } else {
+        depth
+    }
+}
+
+/// AFAP: rows a thread claims at once, so the shared claim counter is touched once per this
+/// many I/Os; small enough that the threads finish a run together.
+const AFAP_BATCH: usize = 32;
+/// Completions a thread counts before adding them to the shared progress counter.
+const PROGRESS_EVERY: u64 = 1024;
+
+/// A chunk being replayed: rows are claimed by bumping `claimed`; each row's results are
+/// written by the one thread that claimed it, then counted in `finished` (Release), which the
+/// thread that retires the chunk reads (Acquire) before it reads the results.
+struct Slot {
+    chunk: Chunk,
+    claimed: AtomicUsize,
+    finished: AtomicUsize,
+    issued: AtomicUsize,
+    intended_ns: Vec<AtomicI64>,
+    issue_ns: Vec<AtomicI64>,
+    complete_ns: Vec<AtomicI64>,
+    result: Vec<AtomicI64>,
+}
+
+impl Slot {
+    fn new(chunk: Chunk) -> Arc<Self> {
+        let n = chunk.len();
+        let col = |v: i64| (0..n).map(|_| AtomicI64::new(v)).collect();
+        Arc::new(Self {
+            chunk,
+            claimed: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+            issued: AtomicUsize::new(0),
+            intended_ns: col(-1),
+            issue_ns: col(-1),
+            complete_ns: col(-1),
+            result: col(0),
+        })
+    }
+
+    fn done(&self) -> bool {
+        self.finished.load(Ordering::Acquire) == self.chunk.len()
+    }
+
+    fn result(&self) -> ChunkResult {
+        let col = |v: &Vec<AtomicI64>| v.iter().map(|x| x.load(Ordering::Relaxed)).collect();
+        ChunkResult {
+            base: self.chunk.base,
+            intended_ns: col(&self.intended_ns),
+            issue_ns: col(&self.issue_ns),
+            complete_ns: col(&self.complete_ns),
+            result: col(&self.result),
+            issued: self.issued.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The chunks in play, oldest first (only the newest can have rows left to claim), and the
+/// channels: touched when a thread needs a new chunk or retires one, not per I/O.
+struct Feed {
+    input: Receiver<Chunk>,
+    input_open: bool,
+    active: VecDeque<Arc<Slot>>,
+    output: Sender<ChunkResult>,
+}
+
+struct Pool<'a, C: Clock, I: Issuer> {
+    feed: Mutex<Feed>,
+    issuer: &'a I,
+    bufs: &'a Buffers,
+    clock: &'a C,
+    mode: Mode,
+    t0: i64,
+    stop: &'a AtomicBool,
+    /// Set when nobody takes results any more: the run ends as if stopped.
+    deaf: AtomicBool,
+    completed: &'a AtomicU64,
+    rows_issued: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<C: Clock, I: Issuer> Pool<'_, C, I> {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || self.deaf.load(Ordering::Relaxed)
+    }
+
+    /// The next rows for this thread (one row in open loop, so each goes to the first idle
+    /// thread; AFAP_BATCH in AFAP), from `cur` or a newer chunk; None at the end of the input
+    /// or on a stop.
+    fn claim(&self, cur: &mut Option<Arc<Slot>>, batch: usize) -> Option<(Arc<Slot>, usize, usize)> {
+        loop {
+            if let Some(s) = cur.as_ref() {
+                let n = s.chunk.len();
+                let i = s.claimed.fetch_add(batch, Ordering::Relaxed);
+                if i < n {
+                    return Some((Arc::clone(s), i, (i + batch).min(n)));
+                }
+            }
+            let mut feed = lock(&self.feed);
+            // A chunk that is not the newest has no rows left: take the newest if it is new.
+            if let Some(back) = feed.active.back() {
+                if cur.as_ref().is_none_or(|c| !Arc::ptr_eq(c, back)) {
+                    *cur = Some(Arc::clone(back));
+                    continue;
+                }
+            }
+            // Ours is the newest and exhausted: the next chunk comes from the input (the lock
+            // is let go between tries, so other threads retire chunks meanwhile).
+            if !feed.input_open || self.stopping() {
+                return None;
+            }
+            match feed.input.recv_timeout(Duration::from_millis(20)) {
+                Ok(chunk) => {
+                    let s = Slot::new(chunk);
+                    feed.active.push_back(Arc::clone(&s));
+                    *cur = Some(s);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    feed.input_open = false;
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Send the finished chunks at the front, in order.
+    fn retire(&self) {
+        let mut feed = lock(&self.feed);
+        while feed.active.front().is_some_and(|s| s.done()) {
+            let s = feed.active.pop_front().expect("front");
+            if feed.output.send(s.result()).is_err() {
+                self.deaf.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// One thread's life: claim, wait, issue, record, until the input ends or a stop.
+    /// Returns the thread's CPU time.
+    fn worker(&self, thread: usize) -> i64 {
+        set_precise_timer_slack();
+        let batch = if self.mode == Mode::Afap { AFAP_BATCH } else { 1 };
+        let (mut cur, mut count) = (None, 0u64);
+        'claims: while let Some((slot, first, end)) = self.claim(&mut cur, batch) {
+            for i in first..end {
+                if self.stopping() {
+                    break 'claims; // the row stays unissued (-1); the run returns it so
+                }
+                // Built before the wait, so nothing but the system call follows the deadline.
+                let io = slot.chunk.io_reading_into(i, self.bufs, thread as u64);
+                let (due, at) = match self.mode {
+                    Mode::Original { speed } | Mode::Causal { speed, .. } => {
+                        let due = intended_ns(slot.chunk.ts_ns[i], speed);
+                        match wait_or_stop(self.clock, self.t0 + due, self.stop) {
+                            Some(at) => (due, at),
+                            None => break 'claims,
+                        }
+                    }
+                    Mode::Afap => {
+                        let at = self.clock.now();
+                        (at - self.t0, at)
+                    }
+                };
+                let c = self.issuer.issue(&io, at);
+                slot.intended_ns[i].store(due, Ordering::Relaxed);
+                slot.issue_ns[i].store(c.issue_ns.unwrap_or(at) - self.t0, Ordering::Relaxed);
+                slot.complete_ns[i].store(c.complete_ns - self.t0, Ordering::Relaxed);
+                slot.result[i].store(slot.chunk.result(i, c.result), Ordering::Relaxed);
+                slot.issued.fetch_add(1, Ordering::Relaxed);
+                if slot.finished.fetch_add(1, Ordering::Release) + 1 == slot.chunk.len() {
+                    self.retire();
+                }
+                count += 1;
+                if count % PROGRESS_EVERY == 0 {
+                    self.completed.fetch_add(PROGRESS_EVERY, Ordering::Relaxed);
+                }
+            }
+        }
+        self.completed.fetch_add(count % PROGRESS_EVERY, Ordering::Relaxed);
+        self.rows_issued.fetch_add(count, Ordering::Relaxed);
+        self.clock.thread_done();
+        thread_cpu_ns()
+    }
+}
+
+/// Replays with `threads` threads issuing through `issuer` (at most `depth` of them: each has
+/// one I/O in flight), in open loop or AFAP (not causal: run.rs), with `run`'s contract:
+/// chunks in, results out in order, partial chunks marked on a stop. The summary's CPU time
+/// is the threads' together.
+#[allow(clippy::too_many_arguments)]
+pub fn run_pool<C: Clock, I: Issuer>(
+    issuer: &I,
+    threads: usize,
+    bufs: &Buffers,
+    mode: Mode,
+    depth: usize,
+    start: &AtomicI64,
+    input: Receiver<Chunk>,
+    output: Sender<ChunkResult>,
+    stop: &AtomicBool,
+    completed: &AtomicU64,
+    clock: &C,
+) -> io::Result<Summary> {
+    assert!(!matches!(mode, Mode::Causal { .. }), "causal timing runs in run.rs");
+    let (first, t0) = match begin(&input, &output, start, stop, clock) {
+        Ok(begun) => begun,
+        Err(summary) => return Ok(summary),
+    };
+    let pool = Pool {
+        feed: Mutex::new(Feed { input, input_open: true, active: VecDeque::from([Slot::new(first)]), output }),
+        issuer,
+        bufs,
+        clock,
+        mode,
+        t0,
+        stop,
+        deaf: AtomicBool::new(false),
+        completed,
+        rows_issued: AtomicU64::new(0),
+    };
+    let threads = threads.clamp(1, depth.max(1));
+    for _ in 0..threads {
+        clock.thread_started(); // each thread says `thread_done` as it ends
+    }
+    // The threads inherit this thread's signal mask: the engine thread blocks the signals
+    // Python handles (clock::spawn_without_signals).
+    let cpu: io::Result<i64> = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(threads);
+        for k in 0..threads {
+            let pool = &pool;
+            let spawned = std::thread::Builder::new().name(format!("psync-{k}")).spawn_scoped(s, move || pool.worker(k));
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    pool.deaf.store(true, Ordering::Relaxed); // the started ones end at once
+                    return Err(e);
+                }
+            }
+        }
+        Ok(handles.into_iter().map(|h| h.join().expect("a psync thread panicked")).sum())
+    });
+    let cpu = cpu?;
+    // Stopped: what remains goes out partially issued, in order.
+    let feed = pool.feed.into_inner().unwrap_or_else(|e| e.into_inner());
+    for s in feed.active {
+        let _ = feed.output.send(s.result());
+    }
+    let interrupted = stop.load(Ordering::Relaxed) || pool.deaf.load(Ordering::Relaxed);
+    Ok(Summary { start_ns: t0, rows_issued: pool.rows_issued.into_inner(), interrupted, cpu_ns: cpu + thread_cpu_ns() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::OP_READ;
+    use crate::clock::{now_ns, Monotonic};
+    use crate::data::DataPattern;
+    use crate::run::START_UNSET;
+    use std::collections::HashMap;
+    use std::sync::mpsc::{channel, sync_channel};
+    use std::sync::Condvar;
+    use std::thread::ThreadId;
+
+    /// Virtual time for the pool's threads: it stands still while any of them runs and jumps
+    /// to the earliest deadline asked for once all of them wait, so a run's schedule does not
+    /// depend on how the host schedules the threads. Records every wait, by thread.
+    #[derive(Default)]
+    struct VirtualClock {
+        state: Mutex<VState>,
+        moved: Condvar,
+        waits: Mutex<Vec<(ThreadId, i64)>>,
+    }
+
+    #[derive(Default)]
+    struct VState {
+        now: i64,
+        registered: usize,
+        running: usize,
+        waiting: Vec<i64>,
+    }
+
+    impl VirtualClock {
+        fn at(t: i64) -> Self {
+            let c = Self::default();
+            c.state.lock().unwrap().now = t;
+            c
+        }
+
+        /// With every thread waiting, move to the earliest deadline and release its waiters
+        /// (counted as running from now on, so nobody moves the clock past them meanwhile).
+        fn advance(&self, st: &mut VState) {
+            if st.running == 0 && !st.waiting.is_empty() {
+                st.now = st.now.max(*st.waiting.iter().min().unwrap());
+                let now = st.now;
+                let before = st.waiting.len();
+                st.waiting.retain(|&t| t > now);
+                st.running += before - st.waiting.len();
+                self.moved.notify_all();
+            }
+        }
+    }
+
+    impl Clock for VirtualClock {
+        fn now(&self) -> i64 {
+            self.state.lock().unwrap().now
+        }
+        fn wait_until(&self, t: i64) -> i64 {
+            self.waits.lock().unwrap().push((std::thread::current().id(), t));
+            let mut st = self.state.lock().unwrap();
+            if st.now >= t {
+                return st.now;
+            }
+            if st.registered == 0 {
+                st.now = t; // the run's own thread, before the pool's start
+                return t;
+            }
+            st.running -= 1;
+            st.waiting.push(t);
+            self.advance(&mut st);
+            while st.now < t {
+                st = self.moved.wait(st).unwrap();
+            }
+            st.now
+        }
+        fn thread_started(&self) {
+            let mut st = self.state.lock().unwrap();
+            st.registered += 1;
+            st.running += 1;
+        }
+        fn thread_done(&self) {
+            let mut st = self.state.lock().unwrap();
+            st.registered -= 1;
+            st.running -= 1;
+            self.advance(&mut st);
+        }
+    }
+
+    /// Issues nothing: records which thread issued each row and when, and holds the thread
+    /// (in virtual time) for `stalls[row]`.
+    struct Recorder<'a> {
+        clock: &'a VirtualClock,
+        stalls: HashMap<u64, i64>,
+        issued: Mutex<HashMap<u64, (ThreadId, i64)>>,
+    }
+
+    impl Issuer for Recorder<'_> {
+        fn issue(&self, io: &Io, at: i64) -> Completion {
+            self.issued.lock().unwrap().insert(io.token, (std::thread::current().id(), at));
+            if let Some(&stall) = self.stalls.get(&io.token) {
+                self.clock.wait_until(at + stall);
+            }
+            Completion { token: io.token, result: io.bytes(), issue_ns: Some(at), complete_ns: self.clock.now() }
+        }
+    }
+
+    fn chunks(ts: &[i64], step: usize) -> Vec<Chunk> {
+        ts.chunks(step)
+            .enumerate()
+            .map(|(k, part)| {
+                let n = part.len();
+                Chunk::new((k * step) as u64, part.to_vec(), vec![OP_READ; n], vec![0; n], vec![4096; n], None, 4096).unwrap()
+            })
+            .collect()
+    }
+
+    /// Replays `ts` (chunks of `step` rows) on `threads` threads; returns the results in
+    /// order and the summary.
+    fn replay<C: Clock, I: Issuer>(issuer: &I, clock: &C, threads: usize, mode: Mode, ts: &[i64], step: usize, start: i64) -> (Vec<ChunkResult>, Summary) {
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
+        let cs = chunks(ts, step);
+        let (tx, rx) = sync_channel(cs.len().max(1));
+        for c in cs {
+            tx.send(c).unwrap();
+        }
+        drop(tx);
+        let (otx, orx) = channel();
+        let start = AtomicI64::new(start);
+        let summary = run_pool(issuer, threads, &bufs, mode, 1024, &start, rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), clock).unwrap();
+        (orx.into_iter().collect(), summary)
+    }
+
+    fn column(out: &[ChunkResult], f: fn(&ChunkResult) -> &Vec<i64>) -> Vec<i64> {
+        out.iter().flat_map(|r| f(r).clone()).collect()
+    }
+
+    #[test]
+    fn each_io_is_issued_by_the_thread_that_waited_for_its_deadline() {
+        // Irregular gaps, from 0 to 300 us: rows bunch up and spread out.
+        let ts: Vec<i64> = (0..400i64).scan(0, |t, i| {
+            *t += (i * 7919 % 31) * 10_000 + 1;
+            Some(*t)
+        }).collect();
+        let t0 = 1_000_000_000;
+        let clock = VirtualClock::at(t0);
+        let rec = Recorder { clock: &clock, stalls: HashMap::from([(5, 400_000), (77, 2_000_000)]), issued: Mutex::default() };
+        let (out, summary) = replay(&rec, &clock, 3, Mode::Original { speed: 1.0 }, &ts, 64, t0);
+        assert_eq!(summary.rows_issued, 400);
+        let issued = rec.issued.lock().unwrap();
+        let waits = clock.waits.lock().unwrap();
+        let (intended, issue) = (column(&out, |r| &r.intended_ns), column(&out, |r| &r.issue_ns));
+        for (i, &t) in ts.iter().enumerate() {
+            let (thread, at) = issued[&(i as u64)];
+            assert_eq!(intended[i], t);
+            assert_eq!(issue[i], at - t0);
+            assert!(waits.contains(&(thread, t0 + t)), "row {i}: issued by a thread that did not wait for it");
+        }
+    }
+
+    #[test]
+    fn a_late_thread_does_not_delay_independent_later_ios() {
+        // A row every 100 us; row 10 holds its thread for 5 ms.
+        let ts: Vec<i64> = (0..200).map(|i| i * 100_000).collect();
+        let stalls = HashMap::from([(10u64, 5_000_000i64)]);
+        let run = |threads| {
+            let clock = VirtualClock::at(0);
+            let rec = Recorder { clock: &clock, stalls: stalls.clone(), issued: Mutex::default() };
+            let (out, _) = replay(&rec, &clock, threads, Mode::Original { speed: 1.0 }, &ts, 50, 0);
+            column(&out, |r| &r.issue_ns)
+        };
+        // Two threads: the other one takes every row while the first is held.
+        assert_eq!(run(2), ts);
+        // One thread (the test's premise): the rows due during the stall go late.
+        let one = run(1);
+        assert_eq!(one[11], 10 * 100_000 + 5_000_000);
+        assert!((11..60).all(|i| one[i] > ts[i]));
+    }
+
+    /// Completes every I/O at once, on the real clock.
+    struct Instant;
+
+    impl Issuer for Instant {
+        fn issue(&self, io: &Io, at: i64) -> Completion {
+            Completion { token: io.token, result: io.bytes(), issue_ns: Some(at), complete_ns: now_ns() }
+        }
+    }
+
+    #[test]
+    fn a_long_gap_is_slept_not_spun() {
+        // Two rows 2 s apart on two threads: waiting for the second costs almost no CPU.
+        let (out, summary) = replay(&Instant, &Monotonic, 2, Mode::Original { speed: 1.0 }, &[0, 2_000_000_000], 2, START_UNSET);
+        assert_eq!(out[0].issued, 2);
+        assert!(out[0].issue_ns[1] >= 2_000_000_000);
+        assert!(summary.cpu_ns < 200_000_000, "{} ms of CPU over a 2 s gap", summary.cpu_ns / 1_000_000);
+    }
+
+    #[test]
+    fn a_stop_is_seen_while_waiting_for_a_start_an_hour_ahead() {
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
+        let (tx, rx) = sync_channel(1);
+        tx.send(chunks(&[0, 1000], 2).pop().unwrap()).unwrap();
+        let (otx, orx) = channel();
+        let (stop, start) = (AtomicBool::new(false), AtomicI64::new(now_ns() + 3_600_000_000_000));
+        let begun = now_ns();
+        let summary = std::thread::scope(|s| {
+            let h = s.spawn(|| run_pool(&Instant, 2, &bufs, Mode::Original { speed: 1.0 }, 8, &start, rx, otx, &stop, &AtomicU64::new(0), &Monotonic));
+            std::thread::sleep(Duration::from_millis(100));
+            stop.store(true, Ordering::Relaxed);
+            h.join().unwrap().unwrap()
+        });
+        drop(tx);
+        assert!(now_ns() - begun < 10_000_000_000);
+        assert!(summary.interrupted);
+        let out: Vec<ChunkResult> = orx.into_iter().collect();
+        assert_eq!((out.len(), out[0].issued, out[0].issue_ns[0]), (1, 0, -1));
+    }
+
+    #[test]
+    fn afap_reads_a_file_once_per_row_in_chunk_order() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let path = std::env::temp_dir().join(format!("pool-test-{}", std::process::id()));
+        let mut file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        file.write_all(&vec![7u8; 64 * 4096]).unwrap();
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
+        let n = 5000;
+        let cs: Vec<Chunk> = (0..n)
+            .step_by(700)
+            .map(|b| {
+                let rows = 700.min(n - b);
+                let offset = (b..b + rows).map(|i| (i as i64 * 37 % 64) * 4096).collect();
+                Chunk::new(b as u64, vec![0; rows], vec![OP_READ; rows], offset, vec![4096; rows], None, 4096).unwrap()
+            })
+            .collect();
+        let (tx, rx) = sync_channel(cs.len());
+        for c in cs {
+            tx.send(c).unwrap();
+        }
+        drop(tx);
+        let (otx, orx) = channel();
+        let psync = Psync { fd: file.as_raw_fd(), is_block: false };
+        let summary = run_pool(&psync, 3, &bufs, Mode::Afap, 32, &AtomicI64::new(START_UNSET), rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), &Monotonic).unwrap();
+        let out: Vec<ChunkResult> = orx.into_iter().collect();
+        assert_eq!(summary.rows_issued, n as u64);
+        assert_eq!(out.iter().map(|r| r.base).collect::<Vec<_>>(), (0..n as u64).step_by(700).collect::<Vec<_>>());
+        for r in &out {
+            assert_eq!(r.issued, r.result.len());
+            assert!(r.result.iter().all(|&x| x == 4096));
+            assert!(r.issue_ns.iter().zip(&r.complete_ns).all(|(i, c)| *i >= 0 && c >= i));
+        }
+    }
+}
