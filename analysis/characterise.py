@@ -31,7 +31,7 @@ PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 
 
 # ---------------------------------------------------------------------------------------
-# Kernels (each tested against a NumPy reference in tests/test_characterise.py)
+# Kernels (each tested against a NumPy reference in tests/analysis/test_characterise.py)
 # ---------------------------------------------------------------------------------------
 
 @numba.njit(nogil=True, cache=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from bench import targets
-from conftest_targets import drive_pair  # noqa: F401  (the two-drive fixture)
+from tests.conftest_targets import drive_pair  # noqa: F401  (the two-drive fixture)
 
 MIB = 1 << 20
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_process import replay_cli
+from tests.cli_process import replay_cli
 from bench import targets
 
 MIB = 1 << 20

@@ -1,0 +1,1 @@
+"""Tests of analysis/: metrics, comparisons, scores, causal inference and reports."""

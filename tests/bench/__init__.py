@@ -1,0 +1,1 @@
+"""Tests of bench/: the scripts' promises and the two-drive pair."""

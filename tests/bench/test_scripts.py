@@ -1,0 +1,73 @@
+"""The promises the documentation makes about bench/: every script takes --quick and --json,
+and the README's figures about the bundled traces are what bench/trace_figures.py computes."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if 'if __name__ == "__main__"' in p.read_text()
+                 and p.name != "_harness.py")
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_bench_script_takes_quick_and_json(script):
+    done = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True,
+                          text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--quick" in done.stdout and "--json" in done.stdout, f"{script} lacks --quick or --json"
+
+
+def test_the_readme_oltp_figures_come_from_trace_figures():
+    sys.path.insert(0, str(BENCH))
+    try:
+        from trace_figures import figures
+    finally:
+        sys.path.remove(str(BENCH))
+    from traces.library import resolve
+
+    f = figures(resolve("oltp"))
+    readme = " ".join((REPO / "README.md").read_text().split())
+    said = re.search(r"For `oltp` the file is (\d+) GiB; the trace writes ([\d.]+) GB, to ([\d.]+) GB "
+                     r"of distinct blocks", readme)
+    assert said, "the README's set-up no longer states the oltp demo's figures"
+    assert int(said.group(1)) == round(f["span_bytes"] / 2**30)
+    assert said.group(2) == f"{f['written_bytes'] / 1e9:.2f}"
+    assert said.group(3) == f"{f['distinct_written_bytes'] / 1e9:.2f}"
+    assert f["written_bytes"] >= f["distinct_written_bytes"] > 0
+
+
+def test_afap_vs_fio_tries_psync_with_jobs_and_names_the_configuration():
+    """fio's best configuration on zram is psync with one job per CPU (issue 13): the
+    benchmark must keep trying it and name the peer beside every ratio."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        from afap_vs_fio import config_name, fio_args, fio_configs
+    finally:
+        sys.path.remove(str(BENCH))
+    assert fio_configs(32, 2) == [("io_uring", 1, 32), ("libaio", 1, 32), ("psync", 2, 1), ("io_uring", 2, 16)]
+    assert ("psync", 1, 1) in fio_configs(1, 2)
+    assert [config_name(c) for c in fio_configs(32, 2)] == \
+        ["io_uring QD32", "libaio QD32", "psync x2 jobs", "io_uring 2 jobs x QD16"]
+    args = fio_args("/dev/zram0", "randread", ("psync", 2, 1), 1000, 1 << 30)
+    assert {"--ioengine=psync", "--numjobs=2", "--iodepth=1", f"--io_size={500 * 4096}"} <= set(args)
+
+
+def test_causal_bench_replays_a_capture_without_its_sleeps_from_a_copy(tmp_path):
+    import numpy as np
+
+    from bench.causal import without_sleeps
+    from traces.trace import read_trace, write_trace
+
+    cols = {"ts_ns": np.array([0, 10], np.int64), "op": np.zeros(2, np.uint8), "offset": np.zeros(2, np.int64),
+            "length": np.full(2, 4096, np.int64), "latency_ns": np.array([5, 5], np.int64),
+            "pid": np.array([7, 7], np.int32)}
+    trace = write_trace(tmp_path / "t.parquet", cols, {"source": {"sleeps": {"pid": [7], "start_ns": [6],
+                                                                              "end_ns": [9]}}})
+    copy = without_sleeps(trace, tmp_path)
+    got, meta = read_trace(copy)
+    assert meta["source"]["sleeps"] is None and got["ts_ns"].tolist() == [0, 10]
+    assert read_trace(trace)[1]["source"]["sleeps"]["pid"] == [7]  # the capture itself is untouched

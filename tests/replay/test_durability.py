@@ -1,0 +1,369 @@
+"""A run keeps its rows whatever ends it: SIGTERM and SIGHUP as Ctrl-C, SIGKILL through the
+journal and `replay recover`, a full results filesystem (real tmpfs mounts) with one line;
+Ctrl-C over several chunks and workers; captures after a killed one, and of an empty device.
+"""
+import contextlib
+import glob
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.cli_process import replay_cli, replay_process, wait_for
+from replay.runner import RESULT_FLUSH_S
+from traces.schema import Op
+from traces.trace import open_trace, read_trace, write_trace
+
+R = Op.READ
+MIB = 1 << 20
+root = pytest.mark.root
+
+
+def make_trace(path, n, gap_ns, span=64 * 4096):
+    """`n` 4 KiB reads `gap_ns` apart; row i reads at offset (i * 4096) % span."""
+    i = np.arange(n, dtype=np.int64)
+    write_trace(path, {"ts_ns": i * gap_ns, "op": np.full(n, R, np.uint8),
+                       "offset": (i * 4096) % span, "length": np.full(n, 4096, np.int64)},
+                {"name": path.stem})
+    return path
+
+
+def journal(out) -> list[str]:
+    return glob.glob(f"{out}.*.partial")
+
+
+def one_line(stderr, word) -> str:
+    assert "Traceback" not in stderr, stderr
+    said = [line for line in stderr.splitlines() if word in line]
+    assert len(said) == 1, stderr
+    return said[0]
+
+
+# ---- SIGTERM and SIGHUP are Ctrl-C -------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_keep_the_rows_and_remove_the_scratch_file(tmp_path, sig):
+    n = 300
+    trace = make_trace(tmp_path / "long.parquet", n, 100_000_000)  # 30 s
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    out = tmp_path / "out.parquet"
+    # No TARGET: a scratch image in TMPDIR, which must go too.
+    with replay_process("run", trace, "-o", out, cwd=tmp_path,
+                        env={"TMPDIR": str(tmpdir)}) as proc:
+        wait_for(proc, lambda: journal(out), "the run's start")
+        assert os.listdir(tmpdir), "the scratch image is not in TMPDIR"
+        time.sleep(2)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig, stderr
+    line = one_line(stderr, "interrupted")
+    assert signal.Signals(sig).name in line and str(out) in line
+    meta = open_trace(out).metadata
+    cols, _ = read_trace(out)
+    done = len(cols["op"])
+    assert meta["interrupted"] is True and meta["rows_done"] == done and 0 < done < n
+    np.testing.assert_array_equal(cols["ts_ns"], np.arange(done) * 100_000_000)
+    np.testing.assert_array_equal(cols["result"], 4096)
+    assert os.listdir(tmpdir) == [] and not journal(out)
+
+
+def test_sigterm_ends_a_library_replay_with_its_rows(tmp_path):
+    import sys
+
+    from tests.cli_process import ENV
+
+    trace = make_trace(tmp_path / "long.parquet", 300, 100_000_000)
+    out = tmp_path / "out.parquet"
+    script = ("from replay.runner import RunOptions, replay\n"
+              f"o = replay({str(trace)!r}, None, RunOptions(engine='null'), output={str(out)!r})\n"
+              "print(o.interrupted, o.signum, o.rows)")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        wait_for(proc, lambda: journal(out), "the run's start")
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    interrupted, signum, rows = stdout.split()
+    assert (interrupted, signum) == ("True", str(int(signal.SIGTERM))) and int(rows) > 0
+    assert open_trace(out).metadata["rows_done"] == int(rows)
+
+
+def test_sigterm_before_the_first_io_exits_143_and_leaves_nothing(tmp_path):
+    # A large trace takes a while to scan; the signal comes while it is read. Its columns fit
+    # in the runner's cache (CACHE_BYTES), so the run itself never opens the file again.
+    trace = make_trace(tmp_path / "big.parquet", 2_500_000, 1000)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    out = tmp_path / "out.parquet"
+
+    def reading(pid):
+        with contextlib.suppress(OSError):
+            return any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(trace)
+                       for fd in os.listdir(f"/proc/{pid}/fd"))
+
+    with replay_process("run", trace, "-o", out, cwd=tmp_path,
+                        env={"TMPDIR": str(tmpdir)}) as proc:
+        wait_for(proc, lambda: reading(proc.pid), "the trace's scan")
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    assert "SIGTERM" in one_line(stderr, "interrupted")
+    assert not out.exists() and not journal(out) and os.listdir(tmpdir) == []
+
+
+def test_sigterm_ends_a_bench_as_ctrl_c_does(tmp_path):
+    out = tmp_path / "steady"
+    with replay_process("bench", "steady", "--engine", "null", "--span", "64M", "--duration", "120",
+                        "-o", out, cwd=tmp_path) as proc:
+        wait_for(proc, lambda: glob.glob(f"{out}/steady.parquet.*.partial"), "the steady run")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    one_line(stderr, "are saved in")
+    results = json.loads((out / "results.json").read_text())
+    assert results["interrupted"] is True
+    assert [(r["name"], r["interrupted"]) for r in results["runs"]] == [("fill", False), ("steady", True)]
+    assert open_trace(out / "steady.parquet").metadata["rows_done"] > 0
+    assert not glob.glob(f"{out}/*.partial")
+
+
+# ---- SIGKILL: the journal keeps all but the last seconds ---------------------------------
+
+
+def test_a_killed_run_leaves_a_journal_that_recovers_the_rows_done(tmp_path):
+    n, gap = 40_000, 1_000_000  # 1,000 IOPS for 40 s
+    trace = make_trace(tmp_path / "t.parquet", n, gap)
+    out = tmp_path / "out.parquet"
+    with replay_process("run", trace, "--engine", "null", "-o", out, cwd=tmp_path) as proc:
+        wait_for(proc, lambda: journal(out), "the run's start")
+        started = time.monotonic()
+        # While the run writes it, the journal is not recovered from under it.
+        live = replay_cli("recover", journal(out)[0], cwd=tmp_path)
+        assert live.returncode == 2 and "still being written" in one_line(live.stderr, "error:")
+        assert journal(out) and not out.exists()
+        time.sleep(max(0.0, 6 - (time.monotonic() - started)))
+        proc.kill()
+        proc.wait()
+        ran = time.monotonic() - started
+    [partial] = journal(out)
+    assert not out.exists()
+    # The next run into the same file points at it.
+    small = make_trace(tmp_path / "small.parquet", 10, 1000)
+    again = replay_cli("run", small, "--engine", "null", "-o", out, cwd=tmp_path)
+    assert again.returncode == 0 and f"replay recover {partial}" in one_line(again.stderr, "note:")
+    out.unlink()
+    done = replay_cli("recover", partial, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert str(out) in done.stdout and not os.path.exists(partial)
+    meta = open_trace(out).metadata
+    cols, _ = read_trace(out)
+    rows = len(cols["op"])
+    assert meta["interrupted"] is True and meta["rows_done"] == rows
+    assert meta["summary"]["jobs"][0]["read"]["total_ios"] == rows
+    np.testing.assert_array_equal(cols["ts_ns"], np.arange(rows) * gap)
+    assert np.all(cols["complete_ns"] >= cols["issue_ns"]) and np.all(cols["issue_ns"] >= 0)
+    # Lost: at most the piece in flight and the one being written, each ~RESULT_FLUSH_S, and
+    # the start-up the clock above includes.
+    lost_s = ran - rows * gap / 1e9
+    assert lost_s < 2 * RESULT_FLUSH_S + 1.5, (ran, rows)
+    # A second recovery has nothing to work from, and says so in one line.
+    again = replay_cli("recover", partial, cwd=tmp_path)
+    assert again.returncode == 2 and "error:" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_a_journal_cut_mid_batch_recovers_up_to_its_last_whole_batch(tmp_path):
+    from replay.runner import recover
+    from traces import schema
+    from traces.trace import TraceWriter
+
+    columns = [("ts_ns", schema.pa.int64()), ("op", schema.pa.uint8()), ("offset", schema.pa.int64()),
+               ("length", schema.pa.int64()), *schema.RESULT_ARROW_FIELDS]
+    writer = TraceWriter(tmp_path / "r.parquet", columns, {"kind": "results", "name": "r"},
+                         group_rows=1 << 19, journal_s=2.0)
+    for k in range(3):
+        ts = np.arange(1000, dtype=np.int64) + 1000 * k
+        writer.write({"ts_ns": ts, "op": np.zeros(1000, np.uint8), "offset": ts * 4096,
+                      "length": np.full(1000, 4096), "intended_ns": ts, "issue_ns": ts + 1,
+                      "complete_ns": ts + 2, "result": np.full(1000, 4096)})
+    partial = writer.keep()
+    size = partial.stat().st_size
+    os.truncate(partial, size - 100)  # the third batch, cut as a SIGKILL cuts it
+    path, rows = recover(partial, tmp_path / "rec.parquet")
+    cols, meta = read_trace(path)
+    assert rows == 2000 and meta["rows_done"] == 2000 and meta["interrupted"] is True
+    np.testing.assert_array_equal(cols["ts_ns"], np.arange(2000))
+
+
+# ---- Ctrl-C over several chunks and workers ----------------------------------------------
+
+
+def test_ctrl_c_over_several_chunks_and_workers_keeps_every_io_issued(tmp_path):
+    chunk = 1 << 16
+    n = 4 * chunk + 1000  # four whole chunks and a partial last one
+    gap = 25_000  # 40k IOPS: ~6.6 s of trace
+    trace = make_trace(tmp_path / "t.parquet", n, gap, span=n * 4096)
+    out = tmp_path / "out.parquet"
+    with replay_process("run", trace, "--engine", "null", "--workers", "3", "-o", out,
+                        cwd=tmp_path) as proc:
+        wait_for(proc, lambda: journal(out), "the run's start")
+        time.sleep(3.5)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    one_line(stderr, "interrupted")
+    meta = open_trace(out).metadata
+    cols, _ = read_trace(out)
+    done = len(cols["op"])
+    assert chunk < done < n, done  # stopped past the first chunk, before the end
+    # Every row an engine issued is in the file: none lost at a chunk's or piece's end.
+    assert meta["rows_done"] == done == meta["rows_issued"]
+    # Worker w issued rows w, w + 3, ... in order: in the file, a prefix of each.
+    row = cols["offset"] // 4096
+    assert np.all(np.diff(row) > 0)
+    for w in range(3):
+        mine = row[row % 3 == w]
+        np.testing.assert_array_equal(mine, np.arange(w, w + 3 * len(mine), 3))
+    assert np.all(cols["issue_ns"] >= 0) and np.all(cols["result"] == 4096)
+
+
+# ---- a full results filesystem -----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str):
+    """A real tmpfs of `size` mounted at `path`, unmounted however the block ends."""
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tracereplay-test", str(path)],
+                   check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Fill the filesystem of `path` until the kernel says ENOSPC."""
+    with open(path, "wb", buffering=0) as f:
+        block = b"\xa5" * 65536
+        try:
+            while True:
+                f.write(block)
+        except OSError:
+            pass
+        try:
+            while True:
+                f.write(b"\xa5" * 512)
+        except OSError:
+            pass
+
+
+@root
+def test_results_that_cannot_fit_are_refused_before_any_io(tmp_path):
+    trace = make_trace(tmp_path / "t.parquet", 200_000, 1000)
+    with small_tmpfs(tmp_path / "small", "2m") as small:
+        done = replay_cli("run", trace, "--engine", "null", "--afap", "-o", small / "out.parquet")
+        assert done.returncode == 2, done.stderr
+        line = one_line(done.stderr, "error:")
+        assert "200,000 I/Os need" in line and "free" in line and str(small) in line
+        assert os.listdir(small) == []
+
+
+@root
+def test_a_completely_full_results_filesystem_is_refused_in_one_line(tmp_path):
+    trace = make_trace(tmp_path / "t.parquet", 10, 1000)
+    with small_tmpfs(tmp_path / "small", "1m") as small:
+        fill(small / "filler")
+        done = replay_cli("run", trace, "--engine", "null", "--afap", "-o", small / "out.parquet")
+        assert done.returncode == 2, done.stderr
+        assert "0 bytes) free" in one_line(done.stderr, "error:")
+        assert os.listdir(small) == ["filler"]
+
+
+@root
+def test_a_full_results_filesystem_mid_run_stops_cleanly_and_keeps_the_rows(tmp_path):
+    n, gap = 200_000, 100_000  # 10k IOPS for 20 s; the results need about 3 MB
+    trace = make_trace(tmp_path / "t.parquet", n, gap)
+    with small_tmpfs(tmp_path / "small", "6m") as small:
+        out = small / "out.parquet"
+        with replay_process("run", trace, "--engine", "null", "-o", out, cwd=tmp_path) as proc:
+            wait_for(proc, lambda: journal(out) and os.path.getsize(journal(out)[0]) > 50_000,
+                     "the first results")
+            fill(small / "filler")
+            _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 2, stderr
+        line = one_line(stderr, "error:")
+        assert "full" in line and "replay recover" in line
+        [partial] = journal(out)
+        assert partial in line and not out.exists()
+        os.unlink(small / "filler")
+        done = replay_cli("recover", partial)
+        assert done.returncode == 0, done.stderr
+        cols, meta = read_trace(out)
+        rows = len(cols["op"])
+        assert 0 < rows < n and meta["interrupted"] is True
+        np.testing.assert_array_equal(cols["ts_ns"], np.arange(rows) * gap)
+
+
+# ---- captures ----------------------------------------------------------------------------
+
+TRACEFS = Path("/sys/kernel/tracing")
+
+
+def _remove_instance(path: Path) -> None:
+    if path.exists():
+        with contextlib.suppress(OSError):
+            (path / "tracing_on").write_text("0\n")
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+@root
+@pytest.mark.loopdev
+def test_a_capture_removes_the_instance_a_killed_capture_left(tmp_path, loop_device):
+    dev = loop_device(16 * MIB)
+    left = None
+    try:
+        with replay_process("capture", dev, "-o", tmp_path / "killed.parquet", "--backend",
+                            "tracefs") as proc:
+            left = TRACEFS / "instances" / f"tracereplay-{proc.pid}"
+            wait_for(proc, lambda: left.exists() and (left / "tracing_on").read_text() == "1\n",
+                     "the capture's recording")
+            proc.kill()
+            proc.wait()
+        assert left.exists() and (left / "tracing_on").read_text().strip() == "1"
+        done = replay_cli("capture", dev, "-o", tmp_path / "next.parquet", "--backend", "tracefs",
+                          "--duration", "0.3")
+        assert done.returncode == 0, done.stderr
+        line = one_line(done.stderr, "removed tracefs instance")
+        assert left.name in line and "killed" in line
+        assert not left.exists()
+    finally:
+        if left is not None:
+            _remove_instance(left)
+
+
+@root
+@pytest.mark.loopdev
+def test_capturing_a_device_of_size_0_is_refused_in_one_line(tmp_path):
+    free = subprocess.run(["losetup", "-f"], capture_output=True, text=True).stdout.strip()
+    if not free or not os.path.exists(free):
+        pytest.skip("no free loop device node")
+    done = replay_cli("capture", free, "-o", tmp_path / "empty.parquet", "--duration", "1")
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr, "error:")
+    assert "size 0" in line and free in line
+    assert not (tmp_path / "empty.parquet").exists()

@@ -1,0 +1,1 @@
+"""Tests of traces/: the trace files, the bundled library and its catalog."""

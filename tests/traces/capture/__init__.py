@@ -1,0 +1,1 @@
+"""Tests of traces/capture/: the block-layer capture and its recipes."""

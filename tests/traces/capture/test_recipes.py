@@ -1,0 +1,240 @@
+"""Capture recipes run for real with small knobs on scratch loop devices: each trace validates
+and has its workload's shape, nothing is left behind (loop devices, mounts, cgroups,
+processes), a failing or interrupted recipe still tears down, and a device in use is refused.
+"""
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import cli_process
+from tests.cli_process import replay_process
+from traces.capture.recipes import RECIPES, RecipeError, load, names
+from traces.capture.recipes.common import MIB, Session, parse_knobs
+from traces.errors import ReplayError
+from traces.schema import Op
+from traces.trace import read_trace
+
+OURS = ("oltp", "blob", "filecopy")
+root_loop = [pytest.mark.root, pytest.mark.loopdev]
+
+
+def replay_cli(*args, timeout=300):
+    return cli_process.replay_cli(*args, timeout=timeout)
+
+
+def leftovers(recipe: str, pid: int) -> dict:
+    """What a run of `recipe` in process `pid` could leave: loop devices, mounts, cgroups,
+    processes (their names carry the recipe and the pid, so concurrent runs do not count)."""
+    tag = f"tracereplay-{recipe}-{pid}-"
+    listing = subprocess.run(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE"],
+                             capture_output=True, text=True).stdout
+    loops = {d["name"] for d in json.loads(listing or "{}").get("loopdevices", [])
+             if tag in (d.get("back-file") or "")}
+    mounts = {line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines() if tag in line}
+    cgroups = {str(p) for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified")
+               for p in Path(root).glob(f"{tag}*") if p.is_dir()}
+    procs = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if tag.encode() in (entry / "cmdline").read_bytes():
+                    procs.add(int(entry.name))
+            except OSError:
+                pass
+    return {"loops": loops, "mounts": mounts, "cgroups": cgroups, "procs": procs}
+
+
+@pytest.fixture
+def clean():
+    """clean(recipe, pid): at the end, asserts a run of `recipe` in `pid` (default: this
+    process) left nothing behind that was not there before."""
+    def check(recipe, pid=None):
+        pid = os.getpid() if pid is None else pid
+        checks.append((recipe, pid, leftovers(recipe, pid)))
+    checks = []
+    yield check
+    for recipe, pid, before in checks:
+        after = leftovers(recipe, pid)
+        left = {k: after[k] - before[k] for k in after if after[k] - before[k]}
+        assert not left, f"recipe {recipe} left {left}"
+
+
+def _ops(cols):
+    return {op: int(np.count_nonzero(cols["op"] == op)) for op in Op}
+
+
+# -- knobs and the registry -------------------------------------------------------------
+
+def test_registry_has_our_recipes_with_described_knobs():
+    assert set(OURS) <= set(names()) <= set(RECIPES)
+    for name in OURS:
+        module = load(name)
+        assert module.DESCRIPTION.endswith(".")
+        for knob, (type_, default, help_) in module.KNOBS.items():
+            # None: an optional knob, off unless given (fixed work: --transactions, --ops)
+            assert (default is None or isinstance(default, type_)) and help_.endswith("."), knob
+            assert knob not in ("device", "output", "backend", "destroy_data")
+
+
+def test_unknown_recipe_lists_the_recipes():
+    with pytest.raises(RecipeError, match="oltp") as info:
+        load("nosuch")
+    assert isinstance(info.value, ReplayError)
+
+
+def test_parse_knobs_converts_fills_and_refuses():
+    spec = load("oltp").KNOBS
+    knobs = parse_knobs(spec, {"clients": "3", "duration": 2})
+    assert knobs["clients"] == 3 and knobs["duration"] == 2.0 and knobs["scale"] == spec["scale"][1]
+    with pytest.raises(RecipeError, match="unknown knob 'client'"):
+        parse_knobs(spec, {"client": 3})
+    with pytest.raises(RecipeError, match="clients: 'many' is not a int"):
+        parse_knobs(spec, {"clients": "many"})
+    with pytest.raises(RecipeError, match="must be positive"):
+        parse_knobs(spec, {"duration": 0})
+
+
+def test_recipe_cli_lists_knobs_and_documents_every_option():
+    done = replay_cli("capture", "recipe", "--list")
+    assert done.returncode == 0, done.stderr
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    assert "replay capture recipe" in readme
+    for name in OURS:
+        assert f"{name}: " in done.stdout
+        helped = replay_cli("capture", "recipe", name, "--help")
+        assert helped.returncode == 0 and f"Example: replay capture recipe {name}" in helped.stdout
+        for knob in load(name).KNOBS:
+            flag = "--" + knob.replace("_", "-")
+            assert flag in done.stdout and flag in helped.stdout
+            assert flag in readme, f"{flag} of recipe {name} is not in the README"
+    for flag in ("--output", "--backend", "--destroy-data", "--list"):
+        assert flag in readme
+    # The plain form still works as before.
+    assert "--strict" in replay_cli("capture", "--help").stdout
+
+
+def test_recipe_cli_refuses_an_unknown_knob():
+    done = replay_cli("capture", "recipe", "oltp", "-o", "x.parquet", "--client", "3")
+    assert done.returncode == 2 and "--client" in done.stderr
+
+
+# -- real runs ----------------------------------------------------------------------------
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_oltp_short_run(tmp_path, clean):
+    clean("oltp")
+    out = tmp_path / "oltp.parquet"
+    notices = []
+    result = load("oltp").run(None, out, notices=notices, duration=3, scale=1, clients=2,
+                              memory_mb=128, shared_buffers_mb=16)
+    cols, meta = read_trace(out)
+    ops = _ops(cols)
+    assert result.rows == len(cols["op"]) > 100
+    assert ops[Op.WRITE] > 0 and ops[Op.FLUSH] > 0  # commits write and flush the WAL
+    data = cols["length"][cols["op"] != Op.FLUSH]
+    sizes, counts = np.unique(data, return_counts=True)
+    assert sizes[np.argmax(counts)] == 8192  # PostgreSQL's page
+    recipe = meta["recipe"]
+    assert recipe["recipe"] == "oltp" and recipe["knobs"]["clients"] == 2
+    assert "PostgreSQL" in recipe["applications"]["postgres"]
+    assert recipe["filesystem"]["type"] == "ext4" and recipe["memory"]["memory_limit_bytes"] == 128 * MIB
+    assert {"kernel", "backend", "date"} <= set(recipe)
+    assert meta["source"]["recipe"] == "oltp" and "pgbench" in meta["description"]
+    assert "postgres" in set(cols["comm"])
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_blob_short_run(tmp_path, clean):
+    clean("blob")
+    out = tmp_path / "blob.parquet"
+    load("blob").run(None, out, notices=[], duration=3, populate_mb=128, clients=2, rate=80, memory_mb=96)
+    cols, meta = read_trace(out)
+    ops = _ops(cols)
+    assert ops[Op.READ] > 0 and ops[Op.WRITE] > 0 and ops[Op.FLUSH] > 0  # GETs; durable PUTs
+    reads = cols["op"] == Op.READ
+    # Blob bodies are 64 KiB and more: reads of 64 KiB or larger exist.
+    assert cols["length"][reads].max() >= 64 * 1024
+    import sqlite3
+    assert meta["recipe"]["applications"]["sqlite"] == sqlite3.sqlite_version
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_filecopy_onto_a_given_device(tmp_path, loop_device, clean):
+    clean("filecopy")
+    dev = loop_device(1024 * MIB)
+    out = tmp_path / "copy.parquet"
+    load("filecopy").run(dev, out, notices=[], size_mb=48)
+    cols, meta = read_trace(out)
+    writes = cols["op"] == Op.WRITE
+    written = int(cols["length"][writes].sum())
+    assert written >= 48 * MIB  # every byte copied reached the device before sync returned
+    assert np.count_nonzero(writes) > 0.8 * np.count_nonzero(cols["op"] != Op.FLUSH)
+    assert meta["recipe"]["source_folder"]["bytes"] >= 48 * MIB - 16
+    assert meta["recipe"]["device"]["path"] == os.path.realpath(dev)
+    assert "coreutils" in meta["recipe"]["applications"]["cp"]
+    # cp's own CPU time, the part of its run no block trace shows: copying 48 MiB is not free,
+    # and one process cannot spend more CPU than the run lasted.
+    outcome = meta["recipe"]["outcome"]
+    assert 0 < outcome["cpu_user_s"] + outcome["cpu_system_s"] <= outcome["elapsed_s"]
+    # The recipe's filesystem is gone from the device's mounts, and the device is still ours.
+    assert dev not in Path("/proc/self/mounts").read_text()
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_a_device_in_use_is_refused(tmp_path, loop_device, mounted, clean):
+    clean("filecopy")
+    dev = loop_device(64 * MIB)
+    subprocess.run(["mkfs.ext4", "-q", dev], check=True, capture_output=True)
+    where = mounted(dev)
+    (where / "precious").write_text("keep me")
+    with pytest.raises(RecipeError, match="--destroy-data"):
+        load("filecopy").run(dev, tmp_path / "x.parquet", notices=[], size_mb=8)
+    assert (where / "precious").read_text() == "keep me"
+    assert not (tmp_path / "x.parquet").exists()
+    done = replay_cli("capture", "recipe", "filecopy", dev, "-o", tmp_path / "x.parquet", "--size-mb", "8")
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and "mounted" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_a_failing_workload_still_tears_down(tmp_path, clean):
+    clean("failing")
+    out = tmp_path / "fail.parquet"
+    with pytest.raises(RecipeError, match="exited with status 3"):
+        with Session("failing", {}, []) as s:
+            dev = s.scratch_loop(64 * MIB)
+            mnt = s.filesystem(dev)
+            cgroup = s.memory_cgroup(32 * MIB)
+            # A straggler keeps running in the cgroup and holds the filesystem busy.
+            script = f"sleep 300 < /dev/null > {mnt}/busy 2>&1 & exit 3"
+            s.capture(dev, out, command=cgroup.wrap(["sh", "-c", script]), description="fails.")
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_recipe_tears_down(tmp_path, clean, sig):
+    out = tmp_path / "blob.parquet"
+    with replay_process("capture", "recipe", "blob", "-o", out, "--duration", "120",
+                        "--populate-mb", "16", "--rate", "20", "--clients", "1") as proc:
+        clean("blob", proc.pid)
+        for line in proc.stderr:
+            if "tracing with" in line:
+                break
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert not out.exists()

@@ -1,0 +1,1 @@
+"""Tests of traces/formats/: each import and export format against real files."""

@@ -1,0 +1,134 @@
+"""blkparse text import: real blkparse output of real records, our blktrace export printed by the
+real blkparse and read back (hypothesis), and line numbers for damaged text.
+"""
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from traces.errors import TraceFormatError
+from traces.formats import blkparse, blktrace
+from traces.schema import Op
+from traces.trace import open_trace, write_trace
+
+from tests.traces.formats.test_blktrace import CAPTURE, CAPTURE_TEXT, read_all as read_binary, traces
+
+needs_blkparse = pytest.mark.skipif(shutil.which("blkparse") is None, reason="needs blkparse (Debian package blktrace)")
+
+
+def read_text(path, **options):
+    metadata, chunks = blkparse.read([path], options)
+    parts = list(chunks)
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}, metadata
+
+
+def test_sniffs_blkparse_output_and_nothing_else():
+    assert blkparse.sniff(CAPTURE_TEXT, CAPTURE_TEXT.read_bytes()[:65536])
+    assert not blkparse.sniff(CAPTURE, CAPTURE.read_bytes()[:65536])
+    assert not blkparse.sniff(Path("x.csv"), b"128166372003061629,hm,0,Read,383496192,32768,1331\n")
+    assert not blktrace.sniff(CAPTURE_TEXT, CAPTURE_TEXT.read_bytes()[:65536])
+
+
+@pytest.mark.parametrize("event", ["issue", "queue"])
+def test_real_blkparse_output_reads_like_the_records_it_came_from(event):
+    text, metadata = read_text(CAPTURE_TEXT, event=event)
+    binary, _ = read_binary([CAPTURE], event=event)
+    assert len(text["op"]) > 200
+    for name in binary:
+        if name == "ts_ns":
+            # blkparse counts from its first event; the binary reader from its first record.
+            assert np.array_equal(text[name] - text[name][0], binary[name] - binary[name][0])
+        else:
+            assert np.array_equal(text[name], binary[name]), name
+    assert metadata["source"]["unmatched_ios"] == 0
+
+
+ROUND_TRIP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@needs_blkparse
+@ROUND_TRIP
+@given(traces(), st.sampled_from(["issue", "queue"]))
+def test_our_export_printed_by_blkparse_reads_back(columns, event):
+    # blkparse prints no sector for a flush, so all flushes share one key: give them offset
+    # 0 and, as traces() does for every key, one latency, so they pair first in, first out.
+    flush = columns["op"] == Op.FLUSH
+    columns["offset"][flush] = 0
+    if flush.any():
+        columns["latency_ns"][flush] = columns["latency_ns"][flush][0]
+    with tempfile.TemporaryDirectory() as directory:
+        directory = Path(directory)
+        source = write_trace(directory / "t.parquet", columns, {})
+        blktrace.write(open_trace(source), directory / "t.blktrace.0")
+        with open(directory / "t.txt", "wb") as out:
+            subprocess.run(["blkparse", "-i", str(directory / "t")], stdout=out, check=True,
+                           stderr=subprocess.DEVNULL)
+        back, _ = read_text(directory / "t.txt", event=event)
+    assert set(back) == set(columns)
+    for name, values in columns.items():
+        if name == "ts_ns":
+            values = values - values[0]
+        assert np.array_equal(back[name], values), name
+
+
+def _lines() -> list[str]:
+    return CAPTURE_TEXT.read_text().splitlines(keepends=True)
+
+
+@given(data=st.data())
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_line_cut_short_is_refused_with_its_number(tmp_path_factory, data):
+    lines = _lines()
+    events = [i for i, line in enumerate(lines) if "]" in line and line[:1] == " "]
+    n = data.draw(st.sampled_from(events[:400]))
+    line = lines[n]
+    # A cut inside the leading blanks leaves a blank line, which is no damage.
+    cut = data.draw(st.integers(len(line) - len(line.lstrip()) + 1, line.rindex("]")))
+    path = tmp_path_factory.mktemp("cut") / "t.txt"
+    path.write_text("".join(lines[:n]) + line[:cut])
+    with pytest.raises(TraceFormatError, match=rf"line {n + 1}: "):
+        read_text(path)
+
+
+@given(data=st.data(), garbage=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=60))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_garbled_line_is_refused_with_its_number(tmp_path_factory, data, garbage):
+    lines = _lines()
+    events = [i for i, line in enumerate(lines) if line[:1] == " "]
+    n = data.draw(st.sampled_from(events[:400]))
+    garbage = garbage.replace("\n", " ").replace("\r", " ").replace("\x0b", " ") \
+        .replace("\x0c", " ").replace("\x1c", " ").replace("\x1d", " ").replace("\x1e", " ") \
+        .replace("\x85", " ").replace("\u2028", " ").replace("\u2029", " ")
+    if not garbage.strip() or blkparse._SUMMARY.match(garbage):
+        garbage = "x" + garbage
+    path = tmp_path_factory.mktemp("garbled") / "t.txt"
+    path.write_text("".join(lines[:n]) + garbage + "\n" + "".join(lines[n:]))
+    try:
+        read_text(path)
+    except TraceFormatError as e:
+        assert f"line {n + 1}: " in str(e)
+    else:
+        # Only a line that is itself a well-formed event may pass.
+        assert blkparse._EVENT.match(garbage.encode())
+
+
+def test_summary_and_blank_lines_are_ignored(tmp_path):
+    lines = [line for line in _lines() if blkparse._EVENT.match(line.encode())]
+    plain = tmp_path / "plain.txt"
+    plain.write_text("".join(lines))
+    noisy = tmp_path / "noisy.txt"
+    noisy.write_text("\n".join(lines[:50]) + "\n" + "".join(lines[50:])
+                     + "CPU0 (7,0):\n Reads Queued: 1, 4KiB\nTotal (7,0):\nanything at all\n")
+    a, _ = read_text(plain)
+    b, _ = read_text(noisy)
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+
+
+def test_several_files_are_refused(tmp_path):
+    with pytest.raises(TraceFormatError, match="one file"):
+        blkparse.read([CAPTURE_TEXT, CAPTURE_TEXT], {})
