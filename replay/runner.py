@@ -25,10 +25,10 @@ from analysis.summary import RunSummary
 from analysis.summary import warm_up as summary_warm_up
 from replay import __version__, remap
 from replay.signals import StopSignals, signum_of
-from replay.targets import (Target, check_output, check_output_path, check_safe_to_write, inspect_target,
-                            scratch_target, unclaimed)
+from replay.targets import check_output, check_output_path, scratch_target
 from traces import library, schema
 from traces.errors import EngineSetupError, ReplayError
+from traces.targets import Target, check_safe_to_write, inspect_target, unclaimed
 from traces.schema import Op
 from traces.trace import (JournalKept, TraceWriter, convert_journal, journal_in_use, open_trace,
                           read_journal)

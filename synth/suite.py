@@ -14,9 +14,9 @@ from analysis import scoring
 from analysis.summary import RunSummary
 from replay.remap import human_bytes
 from replay.runner import GeneratorSource, RunOptions, _null_target, replay
-from replay.targets import check_safe_to_write, inspect_target
 from synth import generators as g
 from traces.errors import ReplayError
+from traces.targets import check_safe_to_write, inspect_target
 from traces.trace import open_trace
 
 TESTS = ("mix", "seqmix", "steady", "act", "pts")

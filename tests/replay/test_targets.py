@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from replay.targets import Target, check_safe_to_write, inspect_target, scratch_target
+from replay.targets import scratch_target
 from traces.errors import TargetError, UnsafeTargetError
+from traces.targets import Target, check_safe_to_write, inspect_target
 
 MIB = 1 << 20
 
@@ -157,7 +158,7 @@ def test_the_fallback_magic_check_finds_a_signature(loop_device, monkeypatch):
 
 
 def _root_device():
-    """The /dev node and MAJ:MIN of the device holding /, found without replay.targets."""
+    """The /dev node and MAJ:MIN of the device holding /, found without traces.targets."""
     dev = os.stat("/").st_dev
     majmin = f"{os.major(dev)}:{os.minor(dev)}"
     try:

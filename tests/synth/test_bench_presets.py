@@ -383,7 +383,7 @@ def test_the_report_draws_the_reviews_pictures_of_bench_sets(tmp_path, monkeypat
 
 
 def test_a_discard_is_a_pts_purge_on_a_file_but_not_on_a_drive():
-    from replay.targets import Target
+    from traces.targets import Target
     from synth.suite import purge_statement
 
     drive = Target("/dev/nvme0n1", "block", 1 << 40, 512, 4096)

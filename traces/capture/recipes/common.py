@@ -261,7 +261,7 @@ class Session:
         """DEVICE checked as safe to format, or a scratch loop device of `scratch_size` bytes."""
         if device is None:
             return self.scratch_loop(scratch_size)
-        from replay.targets import check_safe_to_write, inspect_target
+        from traces.targets import check_safe_to_write, inspect_target
 
         target = inspect_target(device)
         if target.kind != "block":
