@@ -82,6 +82,9 @@ WORKER_BYTES = 17 << 20
 # A trace whose first I/O is due later than this after the start is almost certainly
 # stamped with absolute times (seconds since 1970, or since boot).
 MAX_FIRST_DUE_S = 86400
+# Causal timing: the most think time a --think-scale may stretch a trace to (a year), far
+# inside the engine's signed nanosecond clock, which 1e308 wrapped to a negative due time.
+MAX_THINK_S = 365 * 86400
 # How often `progress` is called while a run goes.
 PROGRESS_S = 0.25
 
@@ -127,11 +130,19 @@ def check_causal(source, options: RunOptions) -> None:
                           "writes that are skipped")
     if options.heuristic not in causal.HEURISTICS:
         raise ReplayError(f"unknown heuristic {options.heuristic!r}: use one of {', '.join(causal.HEURISTICS)}")
-    if not (options.think_scale >= 0):
-        raise ReplayError(f"--think-scale must be a number >= 0, not {options.think_scale}")
+    if not (math.isfinite(options.think_scale) and options.think_scale >= 0):
+        raise ReplayError(f"--think-scale must be a finite number >= 0, not {options.think_scale}")
     if not isinstance(source, TraceSource):
         raise ReplayError("causal timing needs a captured trace (with pid and latency_ns), not a generator")
     causal.check_columns(source.path, source.column_names)
+    # The think times along any chain of I/Os are disjoint stretches of the trace, so the
+    # trace's duration times the scale bounds the think time a replay can add up.
+    scan = source.scan
+    trace_s = ((scan.last_ts or 0) - (scan.first_ts or 0)) / 1e9
+    if trace_s * options.think_scale > MAX_THINK_S:
+        raise ReplayError(f"--think-scale {options.think_scale:g} would stretch the think times of the "
+                          f"trace's {trace_s:.3g} s to more than a year; give at most "
+                          f"{MAX_THINK_S / trace_s:.3g}")
 
 
 def check_trace(source, options: RunOptions) -> None:
@@ -176,6 +187,7 @@ class _Scan:
     # carry no data: one 1 GiB discard used to size 4.4 GB of buffers.
     max_data_length: int = 0
     first_ts: int | None = None  # ts_ns of the first row
+    last_ts: int | None = None  # the latest ts_ns of any row
     counts: np.ndarray = field(default_factory=lambda: np.zeros(len(Op), dtype=np.int64))
 
     @property
@@ -208,6 +220,7 @@ def _scan(trace, columns, rows, keep) -> tuple[_Scan, list[dict] | None]:
         if len(chunk["op"]):
             if scan.first_ts is None:
                 scan.first_ts = int(chunk["ts_ns"][0])
+            scan.last_ts = max(scan.last_ts or 0, int(chunk["ts_ns"].max()))
             scan.span = max(scan.span, int((chunk["offset"] + chunk["length"]).max()))
             scan.max_length = max(scan.max_length, int(chunk["length"].max()))
             data = chunk["length"][(chunk["op"] == Op.READ) | (chunk["op"] == Op.WRITE)]

@@ -40,3 +40,14 @@ def wait_for(proc, ready, what: str, timeout: float = 60) -> None:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, f"{what} never happened"
         time.sleep(0.02)
+
+
+def refused(done, *words) -> str:
+    """The one line of a refusal (exit 2, `error: ...`, no traceback), holding each of `words`."""
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
