@@ -11,6 +11,7 @@ capture traces it: each gap between one probe completing and the next one reachi
 is the replayer's own time for that pair of ops.
 """
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -62,6 +63,7 @@ def host_costs(target: str, engine: str | None, notices: list) -> np.ndarray | N
     """host[a, b], the replayer's own ns between an op `a` completing and an op `b` that waited
     for it reaching the device, measured on the block device `target` (its first 2 MiB are
     overwritten); None, with a notice, where it cannot be measured."""
+    from replay.signals import Interrupted
     from traces.errors import ReplayError
     from traces.capture import capture
     from traces.trace import read_trace, write_trace
@@ -84,8 +86,8 @@ def host_costs(target: str, engine: str | None, notices: list) -> np.ndarray | N
         except (OSError, ReplayError) as e:
             give_up(e)
             return None
-        if done.interrupted:
-            raise KeyboardInterrupt
+        if done.interrupted:  # the capture caught the stop signal: pass it on, with its exit status
+            raise Interrupted(done.signal or signal.SIGINT)
         if done.command_status != 0:
             give_up((log.read_text().strip().splitlines() or ["the probe replay failed"])[-1])
             return None
