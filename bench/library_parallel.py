@@ -19,8 +19,8 @@ from _harness import machine, table, write_json  # noqa: E402
 from _harness import parser as harness_parser  # noqa: E402
 from import_csv import make_msr  # noqa: E402
 
+from analysis.catalog import describe_file, import_file  # noqa: E402
 from replay.cluster import default_jobs, run_each  # noqa: E402
-from traces.catalog import describe_file, import_file  # noqa: E402
 
 # Alibaba's 2020 block traces: 751 GB of CSV lines like "419,W,8792928256,4096,1577808000000099"
 # (about 38 bytes each): some 20 billion records.

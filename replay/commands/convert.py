@@ -116,7 +116,7 @@ def _import_each(files, directory: Path, fmt, options, command, cluster, jobs):
     processes or Ray tasks), one progress line per file; then DIR's catalog gets their rows.
     A failed file is named with its error, the others finish, and the exit code is 1."""
     from replay.cluster import run_each
-    from traces.catalog import CATALOG_NAME, import_file, update_catalog
+    from analysis.catalog import CATALOG_NAME, import_file, update_catalog
 
     if options.get("name"):
         fail(ReplayError("--name names one trace; with -o DIR each file's trace is named after the file"))

@@ -34,7 +34,7 @@ def _described(paths, cluster, jobs):
     """(path, catalog row or None, error or None) per path, in order, each as soon as it and
     all before it are done; the files are characterised in parallel (replay.cluster)."""
     from replay.cluster import in_order, run_each
-    from traces.catalog import describe_file
+    from analysis.catalog import describe_file
 
     try:
         for done in in_order(run_each(describe_file, [str(p) for p in paths], cluster, jobs), len(paths)):
@@ -46,7 +46,7 @@ def _described(paths, cluster, jobs):
 def _expand(names) -> list[Path]:
     """Trace arguments as files: a directory stands for its .parquet traces."""
     from traces import library
-    from traces.catalog import trace_files
+    from analysis.catalog import trace_files
 
     paths = []
     for name in names:
@@ -76,7 +76,7 @@ def ls(
     """
     from analysis.characterise import human_bytes
     from traces import library
-    from traces.catalog import trace_files
+    from analysis.catalog import trace_files
 
     paths = [library.library_dir() / f"{n}{library.SUFFIX}" for n in library.available()]
     if directory is not None:
@@ -165,7 +165,7 @@ def catalog(
     error and left out, the others are cataloged, and the exit code is then 1.
     Example: replay traces catalog ~/traces --cluster 10.0.0.1:6379
     """
-    from traces.catalog import CATALOG_NAME, trace_files, write_catalog
+    from analysis.catalog import CATALOG_NAME, trace_files, write_catalog
 
     if not directory.is_dir():
         fail(ReplayError(f"{directory}: no such directory"))
@@ -203,7 +203,7 @@ def query(
     Example: replay traces query "SELECT name, read_share, footprint_bytes FROM catalog
     WHERE read_share > 0.7 AND footprint_bytes < 10 * 2^30 ORDER BY name" --catalog ~/traces
     """
-    from traces.catalog import query as run_query
+    from analysis.catalog import query as run_query
 
     try:
         columns, rows = run_query(catalog_at, sql)

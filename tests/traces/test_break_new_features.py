@@ -1,7 +1,7 @@
 """Inputs users give the newest features, each answered with one clear line."""
 import pytest
 
-from traces import catalog
+from analysis import catalog
 from traces.errors import ReplayError
 
 

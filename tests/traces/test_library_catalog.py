@@ -134,8 +134,8 @@ def test_ls_and_show_over_a_directory_in_parallel(tmp_path):
 
 def test_the_single_machine_path_imports_neither_ray_nor_duckdb(tmp_path):
     code = ("import sys; import replay.cli, replay.cluster, replay.multihost, replay.commands.cluster, "
-            "traces.catalog; "
-            "from replay.cluster import run_each; from traces.catalog import describe_file; "
+            "analysis.catalog; "
+            "from replay.cluster import run_each; from analysis.catalog import describe_file; "
             f"list(run_each(describe_file, [{str(tmp_path / 'a.parquet')!r}], jobs=1)); "
             "print(sorted(m for m in ('ray', 'duckdb') if m in sys.modules))")
     _trace(tmp_path / "a.parquet", 1, 1, 1)
