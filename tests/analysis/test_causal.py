@@ -445,7 +445,7 @@ def test_causal_replay_on_the_capturing_drive_reproduces_the_application_time(tm
     # captured twice on one loop device (their difference is the noise), then the first
     # capture replayed causally on that device: its I/O span is the captured one's within the
     # noise or 25 %. (Not the file copy: cp's own CPU time is not in its trace, and on a fast
-    # drive its replay runs 22-34 % short, as the README says.)
+    # drive its replay runs 22-34 % short, as docs/benchmarks.md says.)
     from replay.runner import RunOptions, replay
     from traces.capture.recipes import load
     from traces.trace import read_trace

@@ -64,10 +64,10 @@ def load(out):
     return results
 
 
-# ---- names, help, list, README --------------------------------------------------------------
+# ---- names, help, list, docs ----------------------------------------------------------------
 
 
-def test_every_preset_names_its_seed_in_help_list_and_readme():
+def test_every_preset_names_its_seed_in_help_list_and_docs():
     assert set(PRESETS) == {"seed000-mix", "seed000-act", "seed001-mix", "seed001-seqmix",
                             "seed002-steady", "seed003-steady", "seed004-iometer"}
     seeds = {p.name.split("-")[0][4:] for p in PRESETS.values()}
@@ -75,8 +75,8 @@ def test_every_preset_names_its_seed_in_help_list_and_readme():
     help_text = bench("--help").stdout
     listed = bench("--list")
     assert listed.returncode == 0, listed.stderr
-    readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("| Seed | Review test |"):]
+    page = (REPO / "docs" / "standard-tests.md").read_text()
+    table = page[page.index("| Seed | Review test |"):]
     for name, p in PRESETS.items():
         assert name in " ".join(help_text.split()), name
         assert (SEEDS / f"{p.seed}.txt").is_file() or not SEEDS.is_dir(), p.seed
