@@ -48,8 +48,8 @@ WINDOWS_NS = {"chains": 0, "recent": 1_000_000, "hybrid": 2_000_000}
 DURABLE_WINDOW_NS = 10_000_000
 # Chosen by measured error (bench/causal.py: four applications run for real on a fast and a
 # slow drive, each capture replayed on the other): mean |error| hybrid 14 %, chains 64 %,
-# recent 246 %; original timing 255 %, as fast as possible 55 %. With the sleeps (README's
-# seventh set): hybrid 11 %, chains 72 %, recent 249 %; original 270 %, afap 56 %.
+# recent 246 %; original timing 255 %, as fast as possible 55 %. With the sleeps
+# (docs/benchmarks.md's seventh set): hybrid 11 %, chains 72 %, recent 249 %; original 270 %, afap 56 %.
 DEFAULT_HEURISTIC = "hybrid"
 REQUIRED = ("pid", "latency_ns")
 COLUMNS = ("ts_ns", "op", "latency_ns", "pid", "comm", "flags")

@@ -1,5 +1,5 @@
-"""Replay fidelity: how closely a replay followed its trace, by the measures of REFERENCE.md
-section 3 (issue error, inter-arrival error, in-flight error, ordering, latency error and the
+"""Replay fidelity: how closely a replay followed its trace, by the measures of docs/results.md
+(issue error, inter-arrival error, in-flight error, ordering, latency error and the
 aggregate errors), streamed over a results file's row groups in bounded memory.
 """
 import math
@@ -312,7 +312,7 @@ class _OpenIntervals:
 
 @dataclass
 class Fidelity:
-    """How closely a replay followed its trace (REFERENCE.md section 3, with T(i), the intended
+    """How closely a replay followed its trace (docs/results.md, Fidelity, with T(i), the intended
     issue time, = the run's start + (t_o(i) - t_o(0)) / speed, stored as `intended_ns`):
 
     - issue_error: t_r(i) - T(i), signed (negative = issued early); p50, p99, p99.9, max, mean

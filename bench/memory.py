@@ -4,8 +4,8 @@ null engine, the trace streamed from Parquet and the results streamed to Parquet
 How to read it: "peak RSS" is the replay process's ru_maxrss (a fresh Python process);
 "after imports" is its RSS before replay() starts (numpy, pyarrow, numba), so the difference is
 what the run itself holds. Goal: peak < 300 MB whatever the trace length, i.e. memory bounded
-by a few chunks. fio's iolog replay holds ~100 B per I/O in memory (REFERENCE.md: 2M entries =
-226 MB RSS), shown for comparison as rows x 100 B.
+by a few chunks. fio's iolog replay holds ~100 B per I/O in memory (measured when the project
+began: 2M entries = 226 MB RSS), shown for comparison as rows x 100 B.
 """
 import resource
 import tempfile

@@ -83,7 +83,7 @@ def load_plan(path) -> list[HostPlan]:
 
             doc = tomllib.loads(text)
     except (ValueError, json.JSONDecodeError) as e:
-        raise ReplayError(f"{path}: not a valid plan ({e}); see the README's example plan") from None
+        raise ReplayError(f"{path}: not a valid plan ({e}); see the example plan in docs/cluster.md") from None
     hosts = doc.get("host") if isinstance(doc, dict) else None
     if not isinstance(hosts, list) or not hosts:
         raise ReplayError(f"{path}: the plan lists no hosts; give one [[host]] table per (host, target)")

@@ -53,7 +53,7 @@ OPTIONAL_COLUMNS = {
 # Columns the replayer adds, all on one monotonic clock relative to the run's start.
 RESULT_COLUMNS = {
     "intended_ns": np.dtype(np.int64),  # when the I/O was due
-    "issue_ns": np.dtype(np.int64),  # when it entered the kernel (README: Results)
+    "issue_ns": np.dtype(np.int64),  # when it entered the kernel (docs/results.md)
     "complete_ns": np.dtype(np.int64),  # when its completion was seen
     "result": np.dtype(np.int64),  # bytes transferred, or -errno
 }

@@ -1,5 +1,5 @@
 """Fidelity: kernels and the streamed measures against NumPy references written from
-REFERENCE.md section 3's definitions, then real replays of a trace that carries latency_ns."""
+the definitions in docs/results.md (Fidelity), then real replays of a trace that carries latency_ns."""
 import numpy as np
 import pytest
 from hypothesis import given, settings

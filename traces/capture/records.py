@@ -129,7 +129,7 @@ def build(events: dict[str, dict[str, np.ndarray]], start_ns: int) -> Built:
 
     # Flushes complete at a different sector than they issue at, so they match among
     # themselves. A flush's completion is followed by a 0-sector completion with no issue
-    # (RWBS "WS"): skip 0-sector completions that are not flushes (REFERENCE.md section 7).
+    # (RWBS "WS"): skip 0-sector completions that are not flushes (docs/capture.md).
     d_flush = d_op == Op.FLUSH
     c_flush = c_op == Op.FLUSH
     c_keep = c_flush | (c_nr > 0)

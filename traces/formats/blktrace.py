@@ -2,7 +2,7 @@
 
 Reads per-CPU files as blktrace writes them (`dev.blktrace.N`, merged by time) or one merged
 stream (`blkparse -d`), either byte order; writes one merged little-endian stream that
-blkparse, btrecord and btreplay read. REFERENCE.md sections 4 and 7 describe the records.
+blkparse, btrecord and btreplay read. docs/formats.md describes the records.
 """
 import glob
 import itertools
