@@ -221,53 +221,61 @@ def unclaimed(path: str, wait_s: float = 1.0) -> bool:
         time.sleep(0.01)
 
 
+def _same(a: str, b: str) -> bool:
+    """Whether paths `a` and `b` name the same file, or nodes of the same block device."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:  # gone, or in another mount namespace
+        return False
+    if stat.S_ISBLK(sa.st_mode) and stat.S_ISBLK(sb.st_mode):
+        return sa.st_rdev == sb.st_rdev
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
 def loops_backed_by(path: str) -> list[str]:
-    """The loop devices (/dev/loopN) whose backing file is the file at `path`."""
-    found = []
-    for entry in sorted(Path("/sys/block").glob("loop*/loop/backing_file")):
-        backing = (_read(entry) or "").removesuffix(" (deleted)")
-        try:
-            if backing and os.path.samefile(backing, path):
-                found.append(f"/dev/{entry.parent.parent.name}")
-        except OSError:  # the backing file is gone, or lives in another mount namespace
-            continue
-    return found
+    """The loop devices (/dev/loopN) whose backing file is `path`: a regular file, or a block
+    device (`losetup B A` stacks B on A; sysfs lists no holder for it, and no claim is taken)."""
+    return [f"/dev/{entry.parent.parent.name}"
+            for entry in sorted(Path("/sys/block").glob("loop*/loop/backing_file"))
+            if _same((_read(entry) or "").removesuffix(" (deleted)") or "/nonexistent", path)]
 
 
-def _file_reasons(target: Target, destroy_data: bool) -> list[str]:
-    """Why writing to the regular file `target` would destroy data in use: the loop devices it
-    backs (always, when one is mounted or claimed) and what is written on it."""
-    reasons, busy = [], []
-    for loop in loops_backed_by(target.path):
+def _loop_reasons(path: str) -> tuple[list[str], list[str]]:
+    """The loop devices stacked on the file or block device `path`: (those in use, each with
+    how: mounted, claimed, stacked on in turn; those idle)."""
+    busy, idle = [], []
+    for loop in loops_backed_by(path):
         try:
             in_use = [r.removeprefix("it ") for r in _block_reasons(inspect_target(loop), signatures=False)
-                      if not r.startswith("it has partitions")]
+                      if not r.startswith("it has partitions") and not r.startswith("it backs the loop")]
         except TargetError:
             in_use = []
         if in_use:
             busy.append(f"it backs {loop}, which {' and '.join(in_use)}")
         else:
-            reasons.append(f"it backs the loop device {loop}")
+            idle.append(f"it backs the loop device {loop}")
+    return busy, idle
+
+
+def check_safe_to_write(target: Target, destroy_data: bool) -> None:
+    """Raise `UnsafeTargetError` if writing to the block device or file would destroy data in
+    use. `destroy_data` skips every check but one: a loop device stacked on the target that is
+    mounted or claimed. The kernel refuses an exclusive open of a block device that is itself
+    in use, but nothing stops a write through the file or device under a loop device."""
+    if target.kind not in ("file", "block"):
+        return
+    busy = []
+    for path in [target.path, *(_partitions(target) if target.kind == "block" else {}).values()]:
+        busy += _loop_reasons(path)[0]
     if busy:
-        # Nothing in the kernel stops a write through the file (a block device's O_EXCL
-        # does), so this one is refused even with --destroy-data.
         raise UnsafeTargetError(
             f"refusing to write to {target.path} because {'; '.join(busy)}. Unmount it and "
             "detach the loop device (losetup -d) first, or pass --read-only to replay only the reads."
         )
     if destroy_data:
-        return []
-    return reasons + [f"it carries {s}" for s in _signatures(target.path)]
-
-
-def check_safe_to_write(target: Target, destroy_data: bool) -> None:
-    """Raise `UnsafeTargetError` if writing to the block device or file would destroy data in
-    use. `destroy_data` skips every check but one: a file behind a loop device that is
-    mounted or claimed (a block device in that state the kernel refuses to open O_EXCL)."""
-    if target.kind == "file":
-        reasons = _file_reasons(target, destroy_data)
-    elif target.kind != "block" or destroy_data:
         return
+    if target.kind == "file":
+        reasons = _loop_reasons(target.path)[1] + [f"it carries {s}" for s in _signatures(target.path)]
     else:
         reasons = _block_reasons(target)
     if reasons:
@@ -278,12 +286,18 @@ def check_safe_to_write(target: Target, destroy_data: bool) -> None:
         )
 
 
+def _partitions(target: Target) -> dict[str, str]:
+    """MAJ:MIN -> /dev/NAME of the partitions of the block device `target`."""
+    node = _sysfs(target.dev)
+    parts = sorted(p for p in node.iterdir() if (p / "partition").exists()) if node else []
+    return {_read(p / "dev"): f"/dev/{p.name}" for p in parts}
+
+
 def _block_reasons(target: Target, signatures: bool = True) -> list[str]:
     """Why writing to the block device `target` would destroy data in use."""
     node = _sysfs(target.dev)
     parts = sorted(p for p in node.iterdir() if (p / "partition").exists()) if node else []
-    devs = {target.dev: target.path}
-    devs.update({_read(p / "dev"): f"/dev/{p.name}" for p in parts})
+    devs = {target.dev: target.path, **_partitions(target)}
     paths = set(devs.values())
 
     reasons = []
@@ -311,6 +325,8 @@ def _block_reasons(target: Target, signatures: bool = True) -> list[str]:
     )
     if holders:
         reasons.append(f"it is held by {', '.join(holders)} (LVM, device-mapper or RAID)")
+    for path in paths:  # loop devices stacked on it, which sysfs does not list as holders
+        reasons.extend(sum(_loop_reasons(path), []))
     if parts:
         reasons.append(f"it has partitions ({', '.join(p.name for p in parts)})")
     if signatures:
