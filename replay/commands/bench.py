@@ -62,37 +62,118 @@ def _whole(text: str, option: str) -> int:
 
 def bench(
     ctx: typer.Context,
-    test: Annotated[Optional[str], typer.Argument(help="Which test: mix (4 KiB random read shares at 1x3, 1x32 and 32x1, workers x QD), seqmix (128 KiB sequential at QD1), steady (4 KiB random at QD32 until steady state), act (Aerospike ACT load) or pts (SNIA PTS IOPS and latency); or a preset reproducing one review's test exactly: " + PRESET_HELP + ". --list shows each preset's parameters; options given with a preset replace its values and are recorded as overrides.", show_default=False)] = None,
-    target: Annotated[Optional[str], typer.Argument(help="Block device or regular file to test; its data WILL be destroyed (the fill writes the whole target). May be left out only with --engine null.")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Directory for the results set: results.json and one Parquet results file per run. Created if missing; files of the same names are replaced.", show_default=False)] = None,
-    list_: Annotated[bool, typer.Option("--list", help="Print each seed preset with its review and parameters, and exit.")] = False,
-    scale: Annotated[float, typer.Option(help="Multiply every run length by this: 0.01 runs the hour-long steady test in 36 s. Scored windows and rounds scale too (whole seconds, at least 1).")] = 1.0,
-    duration: Annotated[Optional[float], typer.Option(help="Seconds per measurement, overriding --scale: per point (mix, seqmix), the whole run (steady, act) or per element and round (pts).")] = None,
-    span: Annotated[Optional[str], typer.Option(help="Bytes of the target the test uses, from offset 0, for example 16G (default: 8G for mix, the whole target otherwise). The target must hold it.")] = None,
-    engine: Annotated[Optional[Engine], typer.Option(help="I/O engine, as for replay run; null does no I/O (for testing the pipeline).", show_default=False)] = None,
-    destroy_data: Annotated[bool, typer.Option("--destroy-data", help="Test a block device even though it looks in use (mounted, partitioned, holding a filesystem). Its data WILL be destroyed.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the generators; the same seed gives the same I/Os.")] = 0,
-    window: Annotated[Optional[float], typer.Option(help="steady: seconds at the end that are scored (default 400, scaled).")] = None,
-    round_: Annotated[Optional[float], typer.Option("--round", help="steady: seconds per steady-state round (default 60, scaled).")] = None,
-    max_rounds: Annotated[int, typer.Option(help="pts: rounds of the SNIA steady-state check before giving up (steady checks every round of its run).")] = 25,
-    multiple: Annotated[float, typer.Option(help="act: the load multiple X (2,000 X reads and 1,000 X writes per second).")] = 1.0,
-    search: Annotated[bool, typer.Option("--search", help="act: start at --start and step down by --step to the highest passing multiple, then narrow it to 1x; that is the score.")] = False,
+    test: Annotated[Optional[str], typer.Argument(
+        help="Which test: mix (4 KiB random read shares at 1x3, 1x32 and 32x1, workers x QD), "
+             "seqmix (128 KiB sequential at QD1), steady (4 KiB random at QD32 until steady "
+             "state), act (Aerospike ACT load) or pts (SNIA PTS IOPS and latency); or a preset "
+             "reproducing one review's test exactly: " + PRESET_HELP + ". --list shows each "
+             "preset's parameters; options given with a preset replace its values and are "
+             "recorded as overrides.",
+        show_default=False)] = None,
+    target: Annotated[Optional[str], typer.Argument(
+        help="Block device or regular file to test; its data WILL be destroyed (the fill writes "
+             "the whole target). May be left out only with --engine null.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o",
+        help="Directory for the results set: results.json and one Parquet results file per run. "
+             "Created if missing; files of the same names are replaced.",
+        show_default=False)] = None,
+    list_: Annotated[bool, typer.Option(
+        "--list",
+        help="Print each seed preset with its review and parameters, and exit.")] = False,
+    scale: Annotated[float, typer.Option(
+        help="Multiply every run length by this: 0.01 runs the hour-long steady test in 36 s. "
+             "Scored windows and rounds scale too (whole seconds, at least 1).")] = 1.0,
+    duration: Annotated[Optional[float], typer.Option(
+        help="Seconds per measurement, overriding --scale: per point (mix, seqmix), the whole run "
+             "(steady, act) or per element and round (pts).")] = None,
+    span: Annotated[Optional[str], typer.Option(
+        help="Bytes of the target the test uses, from offset 0, for example 16G (default: 8G for "
+             "mix, the whole target otherwise). The target must hold it.")] = None,
+    engine: Annotated[Optional[Engine], typer.Option(
+        help="I/O engine, as for replay run; null does no I/O (for testing the pipeline).",
+        show_default=False)] = None,
+    destroy_data: Annotated[bool, typer.Option(
+        "--destroy-data",
+        help="Test a block device even though it looks in use (mounted, partitioned, holding a "
+             "filesystem). Its data WILL be destroyed.")] = False,
+    seed: Annotated[int, typer.Option(
+        help="Seed of the generators; the same seed gives the same I/Os.")] = 0,
+    window: Annotated[Optional[float], typer.Option(
+        help="steady: seconds at the end that are scored (default 400, scaled).")] = None,
+    round_: Annotated[Optional[float], typer.Option(
+        "--round",
+        help="steady: seconds per steady-state round (default 60, scaled).")] = None,
+    max_rounds: Annotated[int, typer.Option(
+        help="pts: rounds of the SNIA steady-state check before giving up (steady checks every "
+             "round of its run).")] = 25,
+    multiple: Annotated[float, typer.Option(
+        help="act: the load multiple X (2,000 X reads and 1,000 X writes per second).")] = 1.0,
+    search: Annotated[bool, typer.Option(
+        "--search",
+        help="act: start at --start and step down by --step to the highest passing multiple, then "
+             "narrow it to 1x; that is the score.")] = False,
     start: Annotated[int, typer.Option(help="act --search: the first, high multiple.")] = 150,
-    step: Annotated[int, typer.Option(help="act --search: how far each failing run steps down.")] = 10,
-    period: Annotated[Optional[float], typer.Option(help="act: seconds per scored period (default an hour, scaled); every whole period must meet the limits.")] = None,
-    no_prep: Annotated[bool, typer.Option("--no-prep", help="act: skip act_prep (zeros over the whole target, then random data) before the first run.")] = False,
-    act_latency: Annotated[str, typer.Option("--act-latency", help="act: which ACT's latency is scored: intended (the queue-era ACT of seed 000: from the time a transaction was due, its queue wait included) or issue (ACT 6: device latency).")] = "intended",
-    block_sizes: Annotated[Optional[str], typer.Option(help="pts: the IOPS test's block sizes, comma separated, including 4096 (default 512,4K,8K,16K,32K,64K,128K,1M).")] = None,
-    no_fill: Annotated[bool, typer.Option("--no-fill", help="mix, seqmix, steady: skip the 128 KiB sequential fill (the drive is already in the state wanted).")] = False,
-    fill: Annotated[Optional[str], typer.Option("--fill", help="mix, seqmix, steady: bytes the 128 KiB sequential fill writes from offset 0, for example 32G (default: the whole target, as the reviews fill the drive, not just the span tested).")] = None,
-    qd: Annotated[Optional[str], typer.Option("--qd", help="mix: the queue-depth splits to run, comma separated, each QD (one worker) or WORKERSxQD, for example 3 or 1x32,32x1 (default 1x3,1x32,32x1). Each split's whole sweep runs before the next, after its own fill.")] = None,
-    read_shares: Annotated[Optional[str], typer.Option("--read-shares", help="mix, seqmix: the sweep's read shares in percent, comma separated, in order (default 100,80,60,40,20,0,70). steady: a sweep at QD32 run after the steady run (seed 002: 100,80,60,40,20,0; default none).")] = None,
-    read_share: Annotated[float, typer.Option("--read-share", help="steady: reads in percent of the measured 4 KiB random mix (0: random writes, seed 003; 70: seed 002's 70/30).")] = 0.0,
-    precondition: Annotated[Optional[float], typer.Option("--precondition", help="steady: seconds of 128 KiB sequential writes before the run, wrapping round the target; at least one whole fill (default: one fill; seed 002: 7200).")] = None,
-    point: Annotated[Optional[float], typer.Option("--point", help="steady: seconds per point of --qd-scaling and of the --read-shares sweep (default 180, scaled).")] = None,
-    qd_scaling: Annotated[Optional[str], typer.Option("--qd-scaling", help="steady: queue depths run one after the other after the steady run, at its read share, comma separated (seed 002: 1,2,4,8,16,32).")] = None,
-    data: Annotated[str, typer.Option("--data", help="What measured writes carry, as for replay run: random (incompressible), zeros or compressible:PCT; mix takes several, comma separated, and sweeps each in turn (seed 004: random,compressible:50).")] = "random",
-    json_out: Annotated[bool, typer.Option("--json", help="Print results.json instead of a table.")] = False,
+    step: Annotated[int, typer.Option(
+        help="act --search: how far each failing run steps down.")] = 10,
+    period: Annotated[Optional[float], typer.Option(
+        help="act: seconds per scored period (default an hour, scaled); every whole period must "
+             "meet the limits.")] = None,
+    no_prep: Annotated[bool, typer.Option(
+        "--no-prep",
+        help="act: skip act_prep (zeros over the whole target, then random data) before the first "
+             "run.")] = False,
+    act_latency: Annotated[str, typer.Option(
+        "--act-latency",
+        help="act: which ACT's latency is scored: intended (the queue-era ACT of seed 000: from "
+             "the time a transaction was due, its queue wait included) or issue (ACT 6: device "
+             "latency).")] = "intended",
+    block_sizes: Annotated[Optional[str], typer.Option(
+        help="pts: the IOPS test's block sizes, comma separated, including 4096 (default "
+             "512,4K,8K,16K,32K,64K,128K,1M).")] = None,
+    no_fill: Annotated[bool, typer.Option(
+        "--no-fill",
+        help="mix, seqmix, steady: skip the 128 KiB sequential fill (the drive is already in the "
+             "state wanted).")] = False,
+    fill: Annotated[Optional[str], typer.Option(
+        "--fill",
+        help="mix, seqmix, steady: bytes the 128 KiB sequential fill writes from offset 0, for "
+             "example 32G (default: the whole target, as the reviews fill the drive, not just the "
+             "span tested).")] = None,
+    qd: Annotated[Optional[str], typer.Option(
+        "--qd",
+        help="mix: the queue-depth splits to run, comma separated, each QD (one worker) or "
+             "WORKERSxQD, for example 3 or 1x32,32x1 (default 1x3,1x32,32x1). Each split's whole "
+             "sweep runs before the next, after its own fill.")] = None,
+    read_shares: Annotated[Optional[str], typer.Option(
+        "--read-shares",
+        help="mix, seqmix: the sweep's read shares in percent, comma separated, in order (default "
+             "100,80,60,40,20,0,70). steady: a sweep at QD32 run after the steady run (seed 002: "
+             "100,80,60,40,20,0; default none).")] = None,
+    read_share: Annotated[float, typer.Option(
+        "--read-share",
+        help="steady: reads in percent of the measured 4 KiB random mix (0: random writes, seed "
+             "003; 70: seed 002's 70/30).")] = 0.0,
+    precondition: Annotated[Optional[float], typer.Option(
+        "--precondition",
+        help="steady: seconds of 128 KiB sequential writes before the run, wrapping round the "
+             "target; at least one whole fill (default: one fill; seed 002: 7200).")] = None,
+    point: Annotated[Optional[float], typer.Option(
+        "--point",
+        help="steady: seconds per point of --qd-scaling and of the --read-shares sweep (default "
+             "180, scaled).")] = None,
+    qd_scaling: Annotated[Optional[str], typer.Option(
+        "--qd-scaling",
+        help="steady: queue depths run one after the other after the steady run, at its read "
+             "share, comma separated (seed 002: 1,2,4,8,16,32).")] = None,
+    data: Annotated[str, typer.Option(
+        "--data",
+        help="What measured writes carry, as for replay run: random (incompressible), zeros or "
+             "compressible:PCT; mix takes several, comma separated, and sweeps each in turn (seed "
+             "004: random,compressible:50).")] = "random",
+    json_out: Annotated[bool, typer.Option(
+        "--json",
+        help="Print results.json instead of a table.")] = False,
 ):
     """Run one of the reviewers' standard tests on TARGET and score it as the reviews do.
 

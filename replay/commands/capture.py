@@ -22,13 +22,26 @@ class Backend(str, Enum):
 
 
 def capture(
-    device: Annotated[str, typer.Argument(help="Block device to trace, for example /dev/sdb. A partition is traced through its disk, with the disk's offsets.")],
-    command: Annotated[Optional[list[str]], typer.Argument(help="Command to run while tracing, after `--`; tracing stops when it exits.")] = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Trace file to write (Parquet). It appears only when the capture succeeds.")] = ...,
-    duration: Annotated[Optional[float], typer.Option(help="Stop after this many seconds. Without it and without a command, tracing runs until Ctrl-C.")] = None,
-    backend: Annotated[Backend, typer.Option(help="auto uses blktrace where it can open its relay files and tracefs elsewhere (kernel lockdown); tracefs or blktrace forces one.")] = Backend.auto,
-    strict: Annotated[bool, typer.Option("--strict", help="Treat lost events as an error: no trace is written and the exit code is 2.")] = False,
-    name: Annotated[Optional[str], typer.Option(help="Name stored in the trace's metadata; default: the output file's name without .parquet.")] = None,
+    device: Annotated[str, typer.Argument(
+        help="Block device to trace, for example /dev/sdb. A partition is traced through its disk, "
+             "with the disk's offsets.")],
+    command: Annotated[Optional[list[str]], typer.Argument(
+        help="Command to run while tracing, after `--`; tracing stops when it exits.")] = None,
+    output: Annotated[Path, typer.Option(
+        "--output", "-o",
+        help="Trace file to write (Parquet). It appears only when the capture succeeds.")] = ...,
+    duration: Annotated[Optional[float], typer.Option(
+        help="Stop after this many seconds. Without it and without a command, tracing runs until "
+             "Ctrl-C.")] = None,
+    backend: Annotated[Backend, typer.Option(
+        help="auto uses blktrace where it can open its relay files and tracefs elsewhere (kernel "
+             "lockdown); tracefs or blktrace forces one.")] = Backend.auto,
+    strict: Annotated[bool, typer.Option(
+        "--strict",
+        help="Treat lost events as an error: no trace is written and the exit code is 2.")] = False,
+    name: Annotated[Optional[str], typer.Option(
+        help="Name stored in the trace's metadata; default: the output file's name without "
+             ".parquet.")] = None,
 ):
     """Trace DEVICE's block I/O while COMMAND runs, for --duration seconds, or until Ctrl-C.
 
@@ -118,17 +131,21 @@ def _recipe_command(name: str):
 
     params = [
         inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
-            Optional[str], typer.Argument(help="Block device to format and trace; its data is destroyed. "
-                                          "Without it, a scratch loop device over a sparse file in the "
-                                          "temporary directory is made and removed.")]),
+            Optional[str], typer.Argument(
+                help="Block device to format and trace; its data is destroyed. Without it, a "
+                     "scratch loop device over a sparse file in the temporary directory is made "
+                     "and removed.")]),
         inspect.Parameter("output", inspect.Parameter.KEYWORD_ONLY, default=..., annotation=Annotated[
-            Path, typer.Option("--output", "-o", help="Trace file to write (Parquet). It appears only when "
-                               "the recipe succeeds.")]),
+            Path, typer.Option(
+                "--output", "-o",
+                help="Trace file to write (Parquet). It appears only when the recipe succeeds.")]),
         inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=Backend.auto, annotation=Annotated[
             Backend, typer.Option(help="Capture backend, as for replay capture DEVICE.")]),
         inspect.Parameter("destroy_data", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Annotated[
-            bool, typer.Option("--destroy-data", help="Format DEVICE even if it looks in use (mounted, "
-                               "partitioned, holding a filesystem), destroying its contents.")]),
+            bool, typer.Option(
+                "--destroy-data",
+                help="Format DEVICE even if it looks in use (mounted, partitioned, holding a "
+                     "filesystem), destroying its contents.")]),
     ]
     for knob, (type_, default, help_) in module.KNOBS.items():
         params.append(inspect.Parameter(knob, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[
@@ -177,15 +194,19 @@ app = typer.Typer(
     no_args_is_help=False,
 )
 app.command("device", hidden=True)(capture)
-recipes = typer.Typer(cls=_Recipes, help="Capture a real application: set it up on DEVICE (or a scratch "
-                      "loop device), trace its workload, tear everything down. One subcommand per recipe.")
+recipes = typer.Typer(cls=_Recipes,
+                      help="Capture a real application: set it up on DEVICE (or a scratch loop "
+                           "device), trace its workload, tear everything down. One subcommand "
+                           "per recipe.")
 app.add_typer(recipes, name="recipe")
 
 
 @recipes.callback(invoke_without_command=True)
 def _recipes(
     ctx: typer.Context,
-    list_: Annotated[bool, typer.Option("--list", help="List the recipes with their knobs and defaults, then exit.")] = False,
+    list_: Annotated[bool, typer.Option(
+        "--list",
+        help="List the recipes with their knobs and defaults, then exit.")] = False,
 ):
     """Capture a real application: set it up on DEVICE (or a scratch loop device), trace its
     workload, and tear everything down, even on failure or Ctrl-C. Needs root.

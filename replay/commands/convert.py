@@ -66,17 +66,51 @@ class _Progress:
 
 
 def import_(
-    files: Annotated[List[Path], typer.Argument(help="Trace files to import, all in the same format; .gz, .xz and .zst files are read directly. Several files are merged by time, each becoming its own device number where the format has no device of its own.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The Parquet trace to write. It appears only when the whole import succeeded; a failed import leaves nothing behind. An existing directory instead imports each file into its own trace there (DIR/NAME.parquet), in parallel, and adds them to DIR/catalog.parquet.")],
-    format: Annotated[Optional[ImportFormat], typer.Option("--format", help="The input format (the README lists what each one is). Without it, the format is recognised from the first file's content; disksim input also needs --time-unit.")] = None,
-    event: Annotated[Event, typer.Option(help="For blktrace and blkparse input: the event that stands for an I/O, queue (Q, as the application asked) or issue (D, as the device saw it).")] = Event.issue,
-    asu: Annotated[Asu, typer.Option(help="For UMass SPC input: devices makes each ASU its own device number; concat lays the ASUs one after another in one address space.")] = Asu.devices,
-    device: Annotated[Optional[str], typer.Option(help="For Alibaba, Tencent and DiskSim input: keep only this device_id, VolumeID or devno. Without it, every device is kept and numbered in the device column.")] = None,
-    time_unit: Annotated[Optional[TimeUnit], typer.Option("--time-unit", help="For DiskSim input, required: the unit of its times, ms for DiskSim, ns for MQSim (or us, s).")] = None,
-    drop_outliers: Annotated[bool, typer.Option("--drop-outliers", help="Leave out lone records whose time is more than 90 days from the records around them (a damaged timestamp), and list them in the trace's metadata. Without it such a record stops the import, naming its line.")] = False,
-    name: Annotated[Optional[str], typer.Option(help="The trace's name in its metadata. Default: the first input file's name without its extensions.")] = None,
-    cluster: Annotated[Optional[str], typer.Option("--cluster", envvar="RAY_ADDRESS", help="With -o DIR: import the files as Ray tasks on the cluster at this address (HOST:PORT of the head; RAY_ADDRESS also sets it). Every node must see the inputs and DIR at the same paths.")] = None,
-    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="With -o DIR and no --cluster: how many files are imported at once, each in its own process (default: one per core).")] = None,
+    files: Annotated[List[Path], typer.Argument(
+        help="Trace files to import, all in the same format; .gz, .xz and .zst files are read "
+             "directly. Several files are merged by time, each becoming its own device number "
+             "where the format has no device of its own.")],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o",
+        help="The Parquet trace to write. It appears only when the whole import succeeded; a "
+             "failed import leaves nothing behind. An existing directory instead imports each file "
+             "into its own trace there (DIR/NAME.parquet), in parallel, and adds them to "
+             "DIR/catalog.parquet.")],
+    format: Annotated[Optional[ImportFormat], typer.Option(
+        "--format",
+        help="The input format (the README lists what each one is). Without it, the format is "
+             "recognised from the first file's content; disksim input also needs "
+             "--time-unit.")] = None,
+    event: Annotated[Event, typer.Option(
+        help="For blktrace and blkparse input: the event that stands for an I/O, queue (Q, as the "
+             "application asked) or issue (D, as the device saw it).")] = Event.issue,
+    asu: Annotated[Asu, typer.Option(
+        help="For UMass SPC input: devices makes each ASU its own device number; concat lays the "
+             "ASUs one after another in one address space.")] = Asu.devices,
+    device: Annotated[Optional[str], typer.Option(
+        help="For Alibaba, Tencent and DiskSim input: keep only this device_id, VolumeID or devno. "
+             "Without it, every device is kept and numbered in the device column.")] = None,
+    time_unit: Annotated[Optional[TimeUnit], typer.Option(
+        "--time-unit",
+        help="For DiskSim input, required: the unit of its times, ms for DiskSim, ns for MQSim (or "
+             "us, s).")] = None,
+    drop_outliers: Annotated[bool, typer.Option(
+        "--drop-outliers",
+        help="Leave out lone records whose time is more than 90 days from the records around them "
+             "(a damaged timestamp), and list them in the trace's metadata. Without it such a "
+             "record stops the import, naming its line.")] = False,
+    name: Annotated[Optional[str], typer.Option(
+        help="The trace's name in its metadata. Default: the first input file's name without its "
+             "extensions.")] = None,
+    cluster: Annotated[Optional[str], typer.Option(
+        "--cluster", envvar="RAY_ADDRESS",
+        help="With -o DIR: import the files as Ray tasks on the cluster at this address (HOST:PORT "
+             "of the head; RAY_ADDRESS also sets it). Every node must see the inputs and DIR at "
+             "the same paths.")] = None,
+    jobs: Annotated[Optional[int], typer.Option(
+        "--jobs", "-j", min=1,
+        help="With -o DIR and no --cluster: how many files are imported at once, each in its own "
+             "process (default: one per core).")] = None,
 ):
     """Import traces in a public or tool format into a validated Parquet trace.
 
@@ -152,9 +186,17 @@ def _import_each(files, directory: Path, fmt, options, command, cluster, jobs):
 
 
 def export(
-    trace: Annotated[str, typer.Argument(help="Trace file, or the name of a trace in the bundled library (for example: demo).")],
-    format: Annotated[ExportFormat, typer.Option("--format", help="fio writes an iolog v3 for fio --read_iolog (each device is a file, tracereplay.img by default: send it to a drive with fio's --replay_redirect); blktrace writes binary records for blkparse and btreplay; csv writes a header of column names and one I/O per line.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The file to write. It appears only when the export succeeded.")],
+    trace: Annotated[str, typer.Argument(
+        help="Trace file, or the name of a trace in the bundled library (for example: demo).")],
+    format: Annotated[ExportFormat, typer.Option(
+        "--format",
+        help="fio writes an iolog v3 for fio --read_iolog (each device is a file, tracereplay.img "
+             "by default: send it to a drive with fio's --replay_redirect); blktrace writes binary "
+             "records for blkparse and btreplay; csv writes a header of column names and one I/O "
+             "per line.")],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o",
+        help="The file to write. It appears only when the export succeeded.")],
 ):
     """Export a trace for other tools: fio, blktrace or CSV.
 

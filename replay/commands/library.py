@@ -25,9 +25,13 @@ def _source(metadata: dict) -> str:
 
 ClusterOption = Annotated[Optional[str], typer.Option(
     "--cluster", envvar="RAY_ADDRESS",
-    help="Run the work as Ray tasks on the cluster at this address (HOST:PORT of the head, as `ray start --head` prints it; RAY_ADDRESS also sets it). Every node must see the files at the same paths. Without it, the files are worked on by local processes.")]
+    help="Run the work as Ray tasks on the cluster at this address (HOST:PORT of the head, as "
+         "`ray start --head` prints it; RAY_ADDRESS also sets it). Every node must see the files "
+         "at the same paths. Without it, the files are worked on by local processes.")]
 JobsOption = Annotated[Optional[int], typer.Option(
-    "--jobs", "-j", min=1, help="Without --cluster: how many files are worked on at once, each in its own process (default: one per core).")]
+    "--jobs", "-j", min=1,
+    help="Without --cluster: how many files are worked on at once, each in its own process "
+         "(default: one per core).")]
 
 
 def _described(paths, cluster, jobs):
@@ -62,7 +66,8 @@ def _expand(names) -> list[Path]:
 
 @app.command("ls")
 def ls(
-    directory: Annotated[Optional[Path], typer.Argument(help="Also list the .parquet traces in this directory.")] = None,
+    directory: Annotated[Optional[Path], typer.Argument(
+        help="Also list the .parquet traces in this directory.")] = None,
     cluster: ClusterOption = None,
     jobs: JobsOption = None,
 ):
@@ -104,8 +109,12 @@ def ls(
 
 @app.command("show")
 def show(
-    names: Annotated[List[str], typer.Argument(help="Trace files, directories of them, or names of bundled traces (for example: demo).")],
-    json_out: Annotated[bool, typer.Option("--json", help="Print the metadata and the characterisation as one JSON object (a list of them for several traces).")] = False,
+    names: Annotated[List[str], typer.Argument(
+        help="Trace files, directories of them, or names of bundled traces (for example: demo).")],
+    json_out: Annotated[bool, typer.Option(
+        "--json",
+        help="Print the metadata and the characterisation as one JSON object (a list of them for "
+             "several traces).")] = False,
     cluster: ClusterOption = None,
     jobs: JobsOption = None,
 ):
@@ -151,7 +160,9 @@ def show(
 @app.command("catalog")
 def catalog(
     directory: Annotated[Path, typer.Argument(help="The directory of .parquet traces to catalog.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="The catalog to write (Parquet). Default: DIRECTORY/catalog.parquet.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o",
+        help="The catalog to write (Parquet). Default: DIRECTORY/catalog.parquet.")] = None,
     cluster: ClusterOption = None,
     jobs: JobsOption = None,
 ):
@@ -192,9 +203,14 @@ def catalog(
 
 @app.command("query")
 def query(
-    sql: Annotated[str, typer.Argument(help="A SQL query (DuckDB's dialect) over the table `catalog`.")],
-    catalog_at: Annotated[Path, typer.Option("--catalog", "-c", help="The catalog file, or a directory holding catalog.parquet.")] = Path("."),
-    json_out: Annotated[bool, typer.Option("--json", help="Print the rows as a JSON list of objects.")] = False,
+    sql: Annotated[str, typer.Argument(
+        help="A SQL query (DuckDB's dialect) over the table `catalog`.")],
+    catalog_at: Annotated[Path, typer.Option(
+        "--catalog", "-c",
+        help="The catalog file, or a directory holding catalog.parquet.")] = Path("."),
+    json_out: Annotated[bool, typer.Option(
+        "--json",
+        help="Print the rows as a JSON list of objects.")] = False,
 ):
     """Run SQL over a library catalog (made by `replay traces catalog`) with DuckDB, which
     sees it as the table `catalog`; columns are named with their units (footprint_bytes,
@@ -265,7 +281,8 @@ def verify_trace(trace) -> int:
 
 @app.command("verify")
 def verify(
-    name: Annotated[str, typer.Argument(help="Trace file, or the name of a bundled trace (for example: demo).")],
+    name: Annotated[str, typer.Argument(
+        help="Trace file, or the name of a bundled trace (for example: demo).")],
 ):
     """Check a trace's schema, every row's invariants (non-decreasing ts_ns, known op codes,
     non-negative offsets, only flushes empty, I/Os within device_size, no gap of more than 90

@@ -10,8 +10,11 @@ from traces.errors import ReplayError
 
 
 def recover(
-    journal: Annotated[Path, typer.Argument(help="The OUT.<hex>.partial journal a run left next to its results file OUT.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results file to write (Parquet). Default: OUT, the run's own results path.")] = None,
+    journal: Annotated[Path, typer.Argument(
+        help="The OUT.<hex>.partial journal a run left next to its results file OUT.")],
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o",
+        help="Results file to write (Parquet). Default: OUT, the run's own results path.")] = None,
 ):
     """Make the results file of a run that did not finish, from the journal it left.
 

@@ -9,10 +9,21 @@ from traces.errors import ReplayError
 
 
 def report(
-    results: Annotated[list[Path], typer.Argument(help="Results files of `replay run` and results-set directories of `replay bench`.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write; each plot is also written as OUTPUT_STEM_files/NAME.png.")] = Path("report.html"),
-    label: Annotated[Optional[list[str]], typer.Option("--label", help="Name of the target of each input, in order (one per input); inputs with the same label are one target. Default: the target's path.")] = None,
-    window_ms: Annotated[Optional[float], typer.Option("--window-ms", help="Width of the time-series windows (IOPS, latency and in-flight over time), in milliseconds. Default: one second, or shorter so a short run still has about 100 windows.")] = None,
+    results: Annotated[list[Path], typer.Argument(
+        help="Results files of `replay run` and results-set directories of `replay bench`.")],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o",
+        help="The HTML file to write; each plot is also written as "
+             "OUTPUT_STEM_files/NAME.png.")] = Path("report.html"),
+    label: Annotated[Optional[list[str]], typer.Option(
+        "--label",
+        help="Name of the target of each input, in order (one per input); inputs with the same "
+             "label are one target. Default: the target's path.")] = None,
+    window_ms: Annotated[Optional[float], typer.Option(
+        "--window-ms",
+        help="Width of the time-series windows (IOPS, latency and in-flight over time), in "
+             "milliseconds. Default: one second, or shorter so a short run still has about 100 "
+             "windows.")] = None,
 ):
     """Write a self-contained HTML report of replay results: summary tables, latency CDFs, IOPS,
     latency and in-flight over time, an offset heat map, mix sweeps, steady-state rounds and,
