@@ -78,8 +78,8 @@ def import_(
              "DIR/catalog.parquet.")],
     format: Annotated[Optional[ImportFormat], typer.Option(
         "--format",
-        help="The input format (the README lists what each one is). Without it, the format is "
-             "recognised from the first file's content; disksim input also needs "
+        help="The input format (docs/formats.md says what each one is). Without it, the format "
+             "is recognised from the first file's content; disksim input also needs "
              "--time-unit.")] = None,
     event: Annotated[Event, typer.Option(
         help="For blktrace and blkparse input: the event that stands for an I/O, queue (Q, as the "
