@@ -685,6 +685,9 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
             "speed": options.speed, "qd": options.qd, "max_inflight": options.max_inflight,
             "workers": options.workers, "remap": mapping.mode, "read_only": options.read_only,
             "data": options.data, "direct": direct, "time_limit_s": options.time_limit_s,
+            # What issue_ns times (README: Results); results without the key timed io_uring's
+            # I/Os when the submitting call returned.
+            "issue_ns": "system call start",
             "started": datetime.now(timezone.utc).isoformat(),
         },
         "host": platform.node(), "kernel": platform.release(),

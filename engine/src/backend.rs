@@ -82,7 +82,8 @@ pub struct Completion {
 pub struct Entered {
     /// Completions reported.
     pub reaped: usize,
-    /// When the system call that submitted every I/O staged since the last `enter` returned;
+    /// When the system call that submitted every I/O staged since the last `enter` started
+    /// (as psync times each I/O's own call);
     /// None when nothing was submitted here (or the engine times each I/O in its completion).
     pub submitted_ns: Option<i64>,
 }

@@ -86,22 +86,22 @@ impl UringEngine {
         entry.user_data(io.token)
     }
 
-    /// Submits the staged entries without waiting; returns when that enter returned, if it
-    /// submitted them. EINTR (a signal) and EBUSY (completions to reap first) leave them for
-    /// the next enter.
-    fn submit_staged(&mut self) -> io::Result<Option<i64>> {
-        match self.ring.submitter().submit() {
-            Ok(_) => {
-                let at = now_ns();
-                self.staged = self.ring.submission().len();
-                Ok(if self.staged == 0 { Some(at) } else { None })
-            }
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {
-                self.staged = self.ring.submission().len();
-                Ok(None)
-            }
-            Err(e) => Err(e),
+    /// Submits the staged entries, with `wait_one` waiting for a completion in the same
+    /// enter; returns when that enter started, if it submitted them all: the kernel has the
+    /// I/Os from then on, as psync's from the start of its pread, so an I/O served inside the
+    /// call (a loop device, a read of a hole) does not count its service time as lateness.
+    /// EINTR (a signal), EBUSY (completions to reap first) and ETIME leave them for the next
+    /// enter.
+    fn submit_staged(&mut self, wait_one: bool) -> io::Result<Option<i64>> {
+        let at = now_ns();
+        let submitter = self.ring.submitter();
+        match if wait_one { submitter.submit_and_wait(1) } else { submitter.submit() } {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::ETIME)) => {}
+            Err(e) => return Err(e),
         }
+        self.staged = self.ring.submission().len();
+        Ok((self.staged == 0).then_some(at))
     }
 }
 
@@ -132,14 +132,15 @@ impl Engine for UringEngine {
     }
 
     fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(Completion)) -> io::Result<Entered> {
-        // Staged entries are submitted by an enter of their own, which returns at once, so
-        // their issue time is when it returned: were the submission folded into a waiting
-        // enter, it would return only after a completion (one more syscall per batch, paid
-        // only where the core submits and then blocks: AFAP at full depth).
-        let submitted_ns = if self.staged > 0 { self.submit_staged()? } else { None };
+        // Staged entries go in one enter, which also waits when asked to wait for one
+        // completion (AFAP at full depth: one system call per batch, not two); a timed wait
+        // is its own enter, as the entries are due now and the wait may be long.
+        let folded = self.staged > 0 && wait == Wait::One;
+        let submitted_ns = if self.staged > 0 { self.submit_staged(folded)? } else { None };
         let pending_work = self.ring.submission().taskrun();
         let submitter = self.ring.submitter();
         let result = match wait {
+            _ if folded => Ok(0),
             // A CQ peek needs no syscall, unless completions wait for us to run them (the
             // submission just made ran them).
             Wait::No if submitted_ns.is_some() || (self.staged == 0 && !pending_work) => Ok(0),
