@@ -244,7 +244,7 @@ def verify_trace(trace) -> int:
 
     device_size = trace.metadata.get("device_size")
     known_flags = int(Flag.SYNC | Flag.FUA | Flag.META | Flag.READAHEAD)
-    from traces.convert import MAX_GAP_NS, span_text
+    from traces.formats.ordering import MAX_GAP_NS, span_text
 
     columns = [n for n in trace.column_names if n != "comm"]
     row, last_ts = 0, 0

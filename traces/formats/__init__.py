@@ -11,6 +11,10 @@ and optionally
     write(trace: traces.trace.TraceFile, out: Path, options: dict) -> None   (export)
     ZERO_AT_FIRST = True      times count from the first record (moved when it is dropped)
     EMPTY_FILES_OK = True     an empty input file is no mistake (blktrace's idle CPUs)
+
+What the formats share, in modules that are not formats: `inputs` (opening compressed
+inputs, the sniffing head), `reading` (lines and blocks of delimited text, errors located to
+a line) and `ordering` (time order, outliers, merging several inputs).
 """
 import importlib
 from pathlib import Path

@@ -9,15 +9,15 @@ import datetime
 import numpy as np
 import pyarrow as pa
 
-from traces import convert
 from traces.errors import TraceFormatError
+from traces.formats import ordering, reading
 from traces.schema import Op
 
 NAME = "alibaba"
 DESCRIPTION = "Alibaba 2020 block traces CSV (device_id,opcode,offset,length,timestamp)"
 ZERO_AT_FIRST = True  # times count from the first record
 NAMES = ["device", "opcode", "offset", "length", "ts"]
-TYPES = {"device": pa.int64(), "opcode": convert.WORD, "offset": pa.int64(),
+TYPES = {"device": pa.int64(), "opcode": reading.WORD, "offset": pa.int64(),
          "length": pa.int64(), "ts": pa.int64()}
 KINDS = ("int", "str", "int", "int", "int")
 WORDS = {"R": Op.READ, "W": Op.WRITE}
@@ -39,7 +39,7 @@ def _parse(line):
 
 
 def sniff(path, head) -> bool:
-    lines = convert.first_lines(head)
+    lines = reading.first_lines(head)
     # Timestamps are microseconds since 1970: 10^15 and more for any date after 2001.
     return bool(lines) and all(_parse(line) for line in lines) and _parse(lines[0])[3] > 10**14
 
@@ -49,8 +49,8 @@ def _sizes(path):
     if not sizes_path.is_file():
         return None
     sizes = {}
-    check = convert.field_checker(("int", "int"))
-    for number, line in convert.iter_lines(sizes_path):
+    check = reading.field_checker(("int", "int"))
+    for number, line in reading.iter_lines(sizes_path):
         problem = check(line)
         if problem:
             if number == 1 and not line[:1].isdigit():
@@ -62,10 +62,10 @@ def _sizes(path):
 
 
 def read(paths, options):
-    wanted = convert.device_option(options, "device_id")
+    wanted = reading.device_option(options, "device_id")
     origin = None
     for path in paths:
-        first = convert.first_record(path, _parse, convert.field_checker(KINDS), "opcode must be R or W",
+        first = ordering.first_record(path, _parse, reading.field_checker(KINDS), "opcode must be R or W",
                                      lambda f: f[3], 1000, options.get("outliers"))
         if first is None:
             continue
@@ -93,24 +93,24 @@ def read(paths, options):
             metadata["source"]["device_sizes"] = {str(k): v for k, v in sorted(sizes.items())}
             metadata["device_size"] = max(sizes.values(), default=0)
     meter = options.get("meter")
-    streams = [convert.ordered_chunks(p, _chunks(p, wanted, origin, meter), WINDOW_NS,
+    streams = [ordering.ordered_chunks(p, _chunks(p, wanted, origin, meter), WINDOW_NS,
                                       outliers=options.get("outliers")) for p in paths]
-    return metadata, convert.merge_sorted(streams)
+    return metadata, ordering.merge_sorted(streams)
 
 
 def _chunks(path, wanted, origin, meter):
-    blocks = convert.read_blocks(path, NAMES, TYPES, check_line=convert.field_checker(KINDS), meter=meter)
+    blocks = reading.read_blocks(path, NAMES, TYPES, check_line=reading.field_checker(KINDS), meter=meter)
     for row0, batch in blocks:
-        device = convert.numpy_of(batch.column("device"))
+        device = reading.numpy_of(batch.column("device"))
         if (bad := (device < 0) | (device > np.iinfo(np.uint32).max)).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), "device_id out of range")
+            raise reading.fail_at(path, row0 + int(bad.argmax()), "device_id out of range")
         chunk = {
-            "ts_ns": (convert.numpy_of(batch.column("ts")) - origin) * 1000,
-            "op": convert.op_from_words(path, batch.column("opcode"), WORDS, row0),
-            "offset": convert.numpy_of(batch.column("offset")),
-            "length": convert.numpy_of(batch.column("length")),
+            "ts_ns": (reading.numpy_of(batch.column("ts")) - origin) * 1000,
+            "op": reading.op_from_words(path, batch.column("opcode"), WORDS, row0),
+            "offset": reading.numpy_of(batch.column("offset")),
+            "length": reading.numpy_of(batch.column("length")),
         }
-        convert.check_rows(path, chunk, row0)
+        reading.check_rows(path, chunk, row0)
         if wanted is None:
             chunk["device"] = device.astype(np.uint32)
         else:

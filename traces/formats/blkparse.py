@@ -10,9 +10,8 @@ import re
 
 import numpy as np
 
-from traces import convert
 from traces.errors import TraceFormatError
-from traces.formats import blktrace
+from traces.formats import blktrace, ordering, reading
 
 NAME = "blkparse"
 DESCRIPTION = "blkparse text output (maj,min cpu seq sec.nsec pid action RWBS sector + nblocks [cmd])"
@@ -63,13 +62,13 @@ def _rwbs(text: str) -> int | None:
 
 def _text_blocks(path):
     """Yield (event columns with "_row" = line number, notes) for blocks of lines."""
-    f = convert.open_text(path, buffered=False)
+    f = reading.open_text(path, buffered=False)
     with f:
         carry, number, summary, done = b"", 0, False, False
         while not done:
-            data, error = convert.read_block(f, _BLOCK_BYTES)
+            data, error = reading.read_block(f, _BLOCK_BYTES)
             if error is not None:
-                raise convert.read_error(path, number + (carry + data).count(b"\n") + 1, error)
+                raise reading.read_error(path, number + (carry + data).count(b"\n") + 1, error)
             if data:
                 data = carry + data
                 cut = data.rfind(b"\n") + 1
@@ -113,10 +112,10 @@ def _text_blocks(path):
 
 def _blocks(path, outliers=None):
     """Yield (event columns, notes) in time order: lone events far from their neighbours are
-    refused or dropped (convert.Outliers), the rest sorted within WINDOW_NS."""
+    refused or dropped (ordering.Outliers), the rest sorted within WINDOW_NS."""
     line = lambda number: number  # noqa: E731  (rows here are line numbers)
-    spikes = convert.Outliers(path, outliers, line)
-    order = convert.Ordered(path, WINDOW_NS, line_of=line)
+    spikes = ordering.Outliers(path, outliers, line)
+    order = ordering.Ordered(path, WINDOW_NS, line_of=line)
     for columns, notes in _text_blocks(path):
         out = order.push(spikes.push(columns, 0), 0)
         yield _events(out), notes

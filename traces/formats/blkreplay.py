@@ -17,8 +17,8 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traces import convert
 from traces.errors import TraceFormatError
+from traces.formats import ordering, reading
 from traces.schema import Op
 
 NAME = "blkreplay"
@@ -53,13 +53,13 @@ def _parse(text: str):
 def sniff(path, head) -> bool:
     if _HEADER.search(head):
         return True
-    lines = convert.first_lines(head, 5)
+    lines = reading.first_lines(head, 5)
     return bool(lines) and all(_parse(line) is not None and _check(line.encode()) is None for line in lines)
 
 
 def _first(path):
     """(line number, time in ns) of the first request line; the lines before it are header."""
-    for number, line in convert.iter_lines(path):
+    for number, line in reading.iter_lines(path):
         text = line.decode("utf-8", "replace")
         if (ns := _parse(text)) is not None:
             return number, ns
@@ -75,38 +75,38 @@ def read(paths, options):
         "source": {"kind": f"import:{NAME}", "time_origin_ns": origin},
     }
     meter = options.get("meter")
-    streams = [convert.ordered_chunks(p, _chunks(p, number - 1, origin, meter), WINDOW_NS, number - 1,
+    streams = [ordering.ordered_chunks(p, _chunks(p, number - 1, origin, meter), WINDOW_NS, number - 1,
                                       outliers=options.get("outliers"))
                for p, (number, _) in zip(paths, firsts)]
-    return metadata, convert.merge_sorted(streams)
+    return metadata, ordering.merge_sorted(streams)
 
 
 def _chunks(path, skip, origin, meter):
-    for row0, batch in convert.read_blocks(path, ["line"], {"line": pa.string()}, check_line=_check,
+    for row0, batch in reading.read_blocks(path, ["line"], {"line": pa.string()}, check_line=_check,
                                            delimiter="\x1f", skip_rows=skip, meter=meter):
         fields = pc.split_pattern(batch.column("line"), ";", max_splits=4)
-        count = convert.numpy_of(pc.list_value_length(fields))
+        count = reading.numpy_of(pc.list_value_length(fields))
         if (bad := count < 4).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), "not a request line (SEC.NSEC ; "
+            raise reading.fail_at(path, row0 + int(bad.argmax()), "not a request line (SEC.NSEC ; "
                                   "SECTOR ; LENGTH ; R|W ; ...)", skip)
         text = [pc.utf8_trim_whitespace(pc.list_element(fields, i)) for i in range(4)]
         stamp = pc.split_pattern(text[0], ".", max_splits=1)
         fraction = pc.utf8_rpad(pc.list_element(stamp, 1), 9, "0")
         try:
             seconds, nanos, sector, length = (
-                convert.numpy_of(pc.cast(c, pa.int64()))
+                reading.numpy_of(pc.cast(c, pa.int64()))
                 for c in (pc.list_element(stamp, 0), fraction, text[1], text[2]))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, IndexError) as exc:
-            raise convert.locate_line(path, exc, _check, skip) from None
-        bad = (convert.numpy_of(pc.utf8_length(fraction)) != 9) | (sector < 0) | (length < 0)
+            raise reading.locate_line(path, exc, _check, skip) from None
+        bad = (reading.numpy_of(pc.utf8_length(fraction)) != 9) | (sector < 0) | (length < 0)
         if bad.any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), _check(
+            raise reading.fail_at(path, row0 + int(bad.argmax()), _check(
                 batch.column("line")[int(bad.argmax())].as_py().encode()) or "bad request line", skip)
         chunk = {
             "ts_ns": seconds * 10**9 + nanos - origin,
-            "op": convert.op_from_words(path, text[3].dictionary_encode(), WORDS, row0, skip),
+            "op": reading.op_from_words(path, text[3].dictionary_encode(), WORDS, row0, skip),
             "offset": sector * SECTOR,
             "length": length * SECTOR,
         }
-        convert.check_rows(path, chunk, row0, skip)
+        reading.check_rows(path, chunk, row0, skip)
         yield row0, chunk

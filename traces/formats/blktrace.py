@@ -18,8 +18,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from traces import convert
 from traces.errors import TraceFormatError
+from traces.formats import reading
 from traces.formats.inputs import open_input
 from traces.schema import Flag, Op
 
@@ -790,7 +790,7 @@ def read(paths, options=None):
     }
     matcher = _Matcher(files[0], event, metadata)
     # Reading, decoding and merging (a thread) overlap the matching: both release the GIL.
-    blocks = convert.prefetch(_merged_blocks(files), _PREFETCH_BLOCKS)
+    blocks = reading.prefetch(_merged_blocks(files), _PREFETCH_BLOCKS)
     return _prime(metadata, matcher.chunks(iter(blocks)))
 
 

@@ -7,8 +7,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from traces import convert, schema
+from traces import schema
 from traces.errors import TraceFormatError
+from traces.formats import ordering, reading
 
 NAME = "csv"
 DESCRIPTION = "tracereplay CSV (header of schema column names: ts_ns,op,offset,length,...)"
@@ -22,14 +23,14 @@ def _header(line: str):
 
 
 def sniff(path, head) -> bool:
-    lines = convert.first_lines(head, 1)
+    lines = reading.first_lines(head, 1)
     return bool(lines) and _header(lines[0]) is not None
 
 
 def read(paths, options):
     heads = []
     for path in paths:
-        first = next(convert.iter_lines(path), None)
+        first = next(reading.iter_lines(path), None)
         names = _header(first[1].decode("utf-8", "replace")) if first else None
         if names is None or first[0] != 1:
             raise TraceFormatError(path, "line 1: the header must name the columns, including "
@@ -44,30 +45,30 @@ def read(paths, options):
     metadata = {"description": "Imported from tracereplay CSV: " + ", ".join(p.name for p in paths) + ".",
                 "source": {"kind": "import:csv"}, "columns": heads[0]}
     meter = options.get("meter")
-    streams = [convert.ordered_chunks(p, _chunks(p, heads[0], meter), 0, 1, options.get("outliers"))
+    streams = [ordering.ordered_chunks(p, _chunks(p, heads[0], meter), 0, 1, options.get("outliers"))
                for p in paths]
-    return metadata, convert.merge_sorted(streams)
+    return metadata, ordering.merge_sorted(streams)
 
 
 def _chunks(path, names, meter):
     kinds = tuple("str" if n == "comm" else "int" for n in names)
     types = {n: (pa.int64() if n != "comm" else pa.string()) for n in names}
-    blocks = convert.read_blocks(path, names, types, check_line=convert.field_checker(kinds),
+    blocks = reading.read_blocks(path, names, types, check_line=reading.field_checker(kinds),
                                  skip_rows=1, meter=meter, quoted="comm" in names)
     for row0, batch in blocks:
         chunk = {}
         for name in names:
-            values = convert.numpy_of(batch.column(name))
+            values = reading.numpy_of(batch.column(name))
             if name != "comm":
                 info = np.iinfo(_TYPES[name].to_pandas_dtype())
                 if (bad := (values < info.min) | (values > info.max)).any():
-                    raise convert.fail_at(path, row0 + int(bad.argmax()),
+                    raise reading.fail_at(path, row0 + int(bad.argmax()),
                                           f"{name} {values[bad.argmax()]} out of range", 1)
             chunk[name] = values
         if (bad := chunk["op"] > 3).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()),
+            raise reading.fail_at(path, row0 + int(bad.argmax()),
                                   f"op {chunk['op'][bad.argmax()]}; expected 0 read, 1 write, 2 discard, 3 flush", 1)
-        convert.check_rows(path, chunk, row0, 1)
+        reading.check_rows(path, chunk, row0, 1)
         yield row0, chunk
 
 

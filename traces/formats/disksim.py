@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traces import convert
 from traces.errors import ReplayError
+from traces.formats import ordering, reading
 from traces.schema import Op
 
 NAME = "disksim"
@@ -51,7 +51,7 @@ def _check(line: bytes) -> str | None:
 
 
 def sniff(path, head) -> bool:
-    lines = convert.first_lines(head, 5)
+    lines = reading.first_lines(head, 5)
     return bool(lines) and all(_RECORD.match(line) for line in lines)
 
 
@@ -62,26 +62,26 @@ def read(paths, options):
                           "ms for DiskSim, ns for MQSim (or us, s)")
     if unit not in TIME_UNITS:
         raise ReplayError(f"--time-unit must be one of {', '.join(TIME_UNITS)}, not {unit!r}")
-    wanted = convert.device_option(options, "devno")
+    wanted = reading.device_option(options, "devno")
     metadata = {
         "description": "Imported from DiskSim/MQSim ASCII traces: " + ", ".join(p.name for p in paths)
                        + (f", devno {wanted}" if wanted is not None else "") + f" (times in {unit}).",
         "source": {"kind": f"import:{NAME}", "time_unit": unit, "device": wanted},
     }
     meter = options.get("meter")
-    streams = [convert.ordered_chunks(p, _chunks(p, TIME_UNITS[unit], wanted, meter), WINDOW_NS,
+    streams = [ordering.ordered_chunks(p, _chunks(p, TIME_UNITS[unit], wanted, meter), WINDOW_NS,
                                       outliers=options.get("outliers")) for p in paths]
-    return metadata, convert.merge_sorted(streams)
+    return metadata, ordering.merge_sorted(streams)
 
 
 def _fields(path, meter):
     """(row0, [time, devno, blkno, size, flags] string arrays) per block of lines."""
-    for row0, batch in convert.read_blocks(path, ["line"], {"line": pa.string()}, check_line=_check,
+    for row0, batch in reading.read_blocks(path, ["line"], {"line": pa.string()}, check_line=_check,
                                            delimiter="\x1f", meter=meter):
         fields = pc.utf8_split_whitespace(pc.utf8_trim_whitespace(batch.column("line")))
-        count = convert.numpy_of(pc.list_value_length(fields))
+        count = reading.numpy_of(pc.list_value_length(fields))
         if (bad := count != 5).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), _check(
+            raise reading.fail_at(path, row0 + int(bad.argmax()), _check(
                 batch.column("line")[int(bad.argmax())].as_py().encode()) or "expected 5 fields")
         yield row0, batch, [pc.list_element(fields, i) for i in range(5)]
 
@@ -90,22 +90,22 @@ def _chunks(path, scale, wanted, meter):
     with_device = None
     for row0, batch, (time, devno, blkno, size, flags) in _fields(path, meter):
         try:
-            seconds = convert.numpy_of(pc.cast(time, pa.float64()))
-            numbers = [convert.numpy_of(pc.cast(c, pa.int64())) for c in (devno, blkno, size)]
+            seconds = reading.numpy_of(pc.cast(time, pa.float64()))
+            numbers = [reading.numpy_of(pc.cast(c, pa.int64())) for c in (devno, blkno, size)]
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise convert.locate_line(path, exc, _check) from None
+            raise reading.locate_line(path, exc, _check) from None
         devices, sectors, counts = numbers
         if (bad := ~np.isfinite(seconds)).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), "time is not a finite number")
+            raise reading.fail_at(path, row0 + int(bad.argmax()), "time is not a finite number")
         if (bad := (devices < 0) | (devices > np.iinfo(np.uint32).max) | (sectors < 0) | (counts < 0)).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), "devno, blkno or size out of range")
+            raise reading.fail_at(path, row0 + int(bad.argmax()), "devno, blkno or size out of range")
         chunk = {
             "ts_ns": np.rint(seconds * scale).astype(np.int64),
             "op": _ops(path, flags, row0),
             "offset": sectors * SECTOR,
             "length": counts * SECTOR,
         }
-        convert.check_rows(path, chunk, row0)
+        reading.check_rows(path, chunk, row0)
         if wanted is not None:
             keep = devices == wanted
             chunk = {k: v[keep] for k, v in chunk.items()}
@@ -117,7 +117,7 @@ def _chunks(path, scale, wanted, meter):
             if with_device:
                 chunk["device"] = devices.astype(np.uint32)
             elif (other := devices != first_devno).any():
-                raise convert.fail_at(path, row0 + int(other.argmax()), f"a second devno "
+                raise reading.fail_at(path, row0 + int(other.argmax()), f"a second devno "
                                       f"({int(devices[other.argmax()])}, after {first_devno}) appears "
                                       "after the first block of lines; import one devno at a time "
                                       "with --device")
@@ -132,7 +132,7 @@ def _ops(path, flags, row0) -> np.ndarray:
         try:
             codes.append(Op.READ if int(value, 16) & 1 else Op.WRITE)
         except ValueError:
-            i = int(np.flatnonzero(convert.numpy_of(pc.equal(flags, value)))[0])
-            raise convert.fail_at(path, row0 + i, f"flags {value[:40]!r} is not a hexadecimal number") from None
+            i = int(np.flatnonzero(reading.numpy_of(pc.equal(flags, value)))[0])
+            raise reading.fail_at(path, row0 + i, f"flags {value[:40]!r} is not a hexadecimal number") from None
     table = np.array(codes or [0], dtype=np.uint8)
-    return table[convert.numpy_of(encoded.indices)] if len(flags) else np.zeros(0, np.uint8)
+    return table[reading.numpy_of(encoded.indices)] if len(flags) else np.zeros(0, np.uint8)

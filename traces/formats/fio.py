@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traces import convert
 from traces.errors import TraceFormatError
+from traces.formats import ordering, reading
 from traces.schema import Op
 
 NAME = "fio"
@@ -28,7 +28,7 @@ def sniff(path, head) -> bool:
 
 
 def _version(path) -> int:
-    first = next(convert.iter_lines(path), None)
+    first = next(reading.iter_lines(path), None)
     version = HEADERS.get(first[1].rstrip() if first else b"")
     if version is None or first[0] != 1:
         raise TraceFormatError(path, "line 1: not a fio iolog; it must start with "
@@ -44,7 +44,7 @@ def read(paths, options):
         "source": {"kind": "import:fio", "iolog_versions": versions, "files": names},
     }
     meter = options.get("meter")
-    chunks = convert.merge_sorted([_file(p, v, names, meter) for p, v in zip(paths, versions)])
+    chunks = ordering.merge_sorted([_file(p, v, names, meter) for p, v in zip(paths, versions)])
     if len(names) <= 1:
         chunks = ({k: v for k, v in c.items() if k != "device"} for c in chunks)
     return metadata, chunks
@@ -65,13 +65,13 @@ def _file_names(paths, versions):
 
 
 def numpy_bool(array):
-    return convert.numpy_of(pc.fill_null(array, False)).astype(bool)
+    return reading.numpy_of(pc.fill_null(array, False)).astype(bool)
 
 
 def _lines(path, meter):
     # One string column per line: \x1f never occurs in an iolog, and a line holding one
     # makes pyarrow refuse the block, which the rescan reports by line.
-    return convert.read_blocks(path, ["line"], {"line": pa.string()}, check_line=_check,
+    return reading.read_blocks(path, ["line"], {"line": pa.string()}, check_line=_check,
                                delimiter="\x1f", skip_rows=1, meter=meter)
 
 
@@ -88,7 +88,7 @@ def _check(line: bytes):
 def _split(batch):
     """Space-split fields, padded with empty strings so that every line has at least 5."""
     line = batch.column("line")
-    count = convert.numpy_of(pc.list_value_length(pc.split_pattern(line, " ")))
+    count = reading.numpy_of(pc.list_value_length(pc.split_pattern(line, " ")))
     padded = pc.binary_join_element_wise(line, pa.scalar("    "), "")
     return pc.split_pattern(padded, " "), count
 
@@ -109,9 +109,9 @@ def _ints(path, column, ok, row0, what):
     bad = ~numpy_bool(good)
     if bad.any():
         i = int(bad.argmax())
-        raise convert.fail_at(path, row0 + i, f"{what} {column[i].as_py()!r} is not a "
+        raise reading.fail_at(path, row0 + i, f"{what} {column[i].as_py()!r} is not a "
                               "non-negative integer", skip_rows=1)
-    return convert.numpy_of(pc.cast(values, pa.int64()))
+    return reading.numpy_of(pc.cast(values, pa.int64()))
 
 
 def _file(path, version, names, meter):
@@ -120,7 +120,7 @@ def _file(path, version, names, meter):
     for row0, batch in _lines(path, meter):
         fields = _split(batch)
         filename, action, off, length, usec, count = _columns(fields, version)
-        action_np = convert.numpy_of(pc.fill_null(action, "")).astype(str) if len(action) else np.zeros(0, str)
+        action_np = reading.numpy_of(pc.fill_null(action, "")).astype(str) if len(action) else np.zeros(0, str)
         op = np.full(len(batch), 255, dtype=np.uint8)
         for word, code in IO_WORDS.items():
             op[action_np == word] = code
@@ -139,7 +139,7 @@ def _file(path, version, names, meter):
                        "add, open, close" + (" or wait" if version == 2 else "")
                        if not (is_io[i] or is_file[i] or is_wait[i])
                        else f"wrong number of fields ({count[i]}) for {word!r}")
-            raise convert.fail_at(path, row0 + i, problem, skip_rows=1)
+            raise reading.fail_at(path, row0 + i, problem, skip_rows=1)
         has_data = is_io & (count == data_fields)
         offsets = _ints(path, off, has_data, row0, "offset")
         lengths = _ints(path, length, has_data, row0, "length")
@@ -164,7 +164,7 @@ def _file(path, version, names, meter):
             device[hit], known[hit] = number, True
         rows = np.flatnonzero(keep) + row0
         if (bad := ~known).any():
-            raise convert.fail_at(path, int(rows[bad.argmax()]), f"I/O on {kept[int(bad.argmax())].as_py()!r}, "
+            raise reading.fail_at(path, int(rows[bad.argmax()]), f"I/O on {kept[int(bad.argmax())].as_py()!r}, "
                                   "a file the log never adds", skip_rows=1)
         chunk["device"] = device
         _check_io(path, chunk, rows)
@@ -180,14 +180,14 @@ def _file(path, version, names, meter):
 
 
 def _back(path, row, before, after):
-    return convert.fail_at(path, row, f"time goes back from {before // 1000} to {after // 1000} us",
+    return reading.fail_at(path, row, f"time goes back from {before // 1000} to {after // 1000} us",
                            skip_rows=1)
 
 
 def _check_io(path, chunk, rows):
     data = chunk["op"] != Op.FLUSH
     if (bad := data & (chunk["length"] <= 0)).any():
-        raise convert.fail_at(path, int(rows[bad.argmax()]), "length must be greater than 0 "
+        raise reading.fail_at(path, int(rows[bad.argmax()]), "length must be greater than 0 "
                               "for a read, write or trim", skip_rows=1)
 
 

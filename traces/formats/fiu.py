@@ -6,7 +6,7 @@ size in 512-byte sectors. The first time becomes 0; pid and process fill pid and
 import numpy as np
 import pyarrow as pa
 
-from traces import convert
+from traces.formats import ordering, reading
 from traces.schema import Op
 
 NAME = "fiu"
@@ -15,7 +15,7 @@ ZERO_AT_FIRST = True  # times count from the first record
 SECTOR = 512
 NAMES = ["ts", "pid", "comm", "lba", "size", "rw", "major", "minor", "md5"]
 TYPES = {"ts": pa.int64(), "pid": pa.int64(), "comm": pa.string(), "lba": pa.int64(),
-         "size": pa.int64(), "rw": convert.WORD}
+         "size": pa.int64(), "rw": reading.WORD}
 KINDS = ("int", "int", "str", "int", "int", "str", "int", "int", "str")
 WORDS = {"R": Op.READ, "W": Op.WRITE}
 # Captured on several CPUs: requests may be logged slightly out of order.
@@ -35,14 +35,14 @@ def _parse(line):
 
 
 def sniff(path, head) -> bool:
-    lines = convert.first_lines(head)
+    lines = reading.first_lines(head)
     return bool(lines) and all(_parse(line) for line in lines)
 
 
 def read(paths, options):
-    checker = convert.field_checker(KINDS, delimiter=" ")
+    checker = reading.field_checker(KINDS, delimiter=" ")
     firsts = [first[1] for path in paths
-              if (first := convert.first_record(path, _parse, checker, "operation must be R or W",
+              if (first := ordering.first_record(path, _parse, checker, "operation must be R or W",
                                                 lambda f: f[0], 1, options.get("outliers")))]
     origin = min((f[0] for f in firsts), default=0)
     devices = sorted({(f[4], f[5]) for f in firsts})
@@ -53,29 +53,29 @@ def read(paths, options):
         "provenance": PROVENANCE,
     }
     meter = options.get("meter")
-    streams = [convert.ordered_chunks(p, _chunks(p, i if len(paths) > 1 else None, origin, meter),
+    streams = [ordering.ordered_chunks(p, _chunks(p, i if len(paths) > 1 else None, origin, meter),
                                       WINDOW_NS, outliers=options.get("outliers"))
                for i, p in enumerate(paths)]
-    return metadata, convert.merge_sorted(streams)
+    return metadata, ordering.merge_sorted(streams)
 
 
 def _chunks(path, device, origin, meter):
-    check = convert.field_checker(KINDS, delimiter=" ")
-    blocks = convert.read_blocks(path, NAMES, TYPES, check_line=check, delimiter=" ",
+    check = reading.field_checker(KINDS, delimiter=" ")
+    blocks = reading.read_blocks(path, NAMES, TYPES, check_line=check, delimiter=" ",
                                  include=["ts", "pid", "comm", "lba", "size", "rw"], meter=meter)
     for row0, batch in blocks:
-        pid = convert.numpy_of(batch.column("pid"))
+        pid = reading.numpy_of(batch.column("pid"))
         if (bad := (pid < 0) | (pid > np.iinfo(np.int32).max)).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), "pid out of range")
+            raise reading.fail_at(path, row0 + int(bad.argmax()), "pid out of range")
         chunk = {
-            "ts_ns": convert.numpy_of(batch.column("ts")) - origin,
-            "op": convert.op_from_words(path, batch.column("rw"), WORDS, row0),
-            "offset": convert.numpy_of(batch.column("lba")) * SECTOR,
-            "length": convert.numpy_of(batch.column("size")) * SECTOR,
+            "ts_ns": reading.numpy_of(batch.column("ts")) - origin,
+            "op": reading.op_from_words(path, batch.column("rw"), WORDS, row0),
+            "offset": reading.numpy_of(batch.column("lba")) * SECTOR,
+            "length": reading.numpy_of(batch.column("size")) * SECTOR,
             "pid": pid.astype(np.int32),
-            "comm": convert.numpy_of(batch.column("comm")),
+            "comm": reading.numpy_of(batch.column("comm")),
         }
-        convert.check_rows(path, chunk, row0)
+        reading.check_rows(path, chunk, row0)
         if device is not None:
             chunk["device"] = np.full(len(pid), device, dtype=np.uint32)
         yield row0, chunk

@@ -8,8 +8,8 @@ import datetime
 import numpy as np
 import pyarrow as pa
 
-from traces import convert
 from traces.errors import TraceFormatError
+from traces.formats import ordering, reading
 from traces.schema import Op
 
 NAME = "msr"
@@ -17,7 +17,7 @@ DESCRIPTION = "MSR Cambridge CSV (Timestamp,Hostname,DiskNumber,Type,Offset,Size
 ZERO_AT_FIRST = True  # times count from the first record
 
 NAMES = ["ts", "host", "disk", "type", "offset", "size", "response"]
-TYPES = {"ts": pa.int64(), "disk": pa.int64(), "type": convert.WORD, "offset": pa.int64(),
+TYPES = {"ts": pa.int64(), "disk": pa.int64(), "type": reading.WORD, "offset": pa.int64(),
          "size": pa.int64(), "response": pa.int64()}
 KINDS = ("int", "str", "int", "str", "int", "int", "int")
 WORDS = {"Read": Op.READ, "Write": Op.WRITE}
@@ -42,7 +42,7 @@ def _fields(line: str):
 
 
 def sniff(path, head) -> bool:
-    lines = convert.first_lines(head)
+    lines = reading.first_lines(head)
     return bool(lines) and all(_fields(line) for line in lines) and int(lines[0].split(",")[0]) > 10**17
 
 
@@ -50,7 +50,7 @@ def read(paths, options):
     meter = options.get("meter")
     firsts = []
     for path in paths:
-        first = convert.first_record(path, _fields, convert.field_checker(KINDS), "Type must be Read or Write",
+        first = ordering.first_record(path, _fields, reading.field_checker(KINDS), "Type must be Read or Write",
                                      lambda f: f[1][0], TICK_NS, options.get("outliers"))
         if first is None:
             firsts.append(None)
@@ -80,30 +80,30 @@ def read(paths, options):
         metadata["source"].update(hostname=volumes[0].get("hostname"), disk=volumes[0].get("disk"))
     streams = [_file(p, i if len(paths) > 1 else None, origin, meter, options.get("outliers"))
                for i, p in enumerate(paths)]
-    return metadata, convert.merge_sorted(streams)
+    return metadata, ordering.merge_sorted(streams)
 
 
 def _file(path, device, origin, meter, outliers):
-    check = convert.field_checker(KINDS)
-    blocks = convert.read_blocks(path, NAMES, TYPES, check_line=check, include=["ts", "type", "offset", "size", "response"],
+    check = reading.field_checker(KINDS)
+    blocks = reading.read_blocks(path, NAMES, TYPES, check_line=check, include=["ts", "type", "offset", "size", "response"],
                                  meter=meter)
-    return convert.ordered_chunks(path, _chunks(path, blocks, device, origin), WINDOW_NS,
+    return ordering.ordered_chunks(path, _chunks(path, blocks, device, origin), WINDOW_NS,
                                   outliers=outliers)
 
 
 def _chunks(path, blocks, device, origin):
     for row0, batch in blocks:
-        ts = convert.numpy_of(batch.column("ts"))
+        ts = reading.numpy_of(batch.column("ts"))
         chunk = {
             "ts_ns": (ts - origin) * TICK_NS,
-            "op": convert.op_from_words(path, batch.column("type"), WORDS, row0),
-            "offset": convert.numpy_of(batch.column("offset")),
-            "length": convert.numpy_of(batch.column("size")),
-            "latency_ns": convert.numpy_of(batch.column("response")) * TICK_NS,
+            "op": reading.op_from_words(path, batch.column("type"), WORDS, row0),
+            "offset": reading.numpy_of(batch.column("offset")),
+            "length": reading.numpy_of(batch.column("size")),
+            "latency_ns": reading.numpy_of(batch.column("response")) * TICK_NS,
         }
         if (bad := chunk["latency_ns"] < 0).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), "negative ResponseTime")
-        convert.check_rows(path, chunk, row0)
+            raise reading.fail_at(path, row0 + int(bad.argmax()), "negative ResponseTime")
+        reading.check_rows(path, chunk, row0)
         if device is not None:
             chunk["device"] = np.full(len(ts), device, dtype=np.uint32)
         yield row0, chunk

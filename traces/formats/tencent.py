@@ -10,8 +10,8 @@ import datetime
 import numpy as np
 import pyarrow as pa
 
-from traces import convert
 from traces.errors import TraceFormatError
+from traces.formats import ordering, reading
 from traces.schema import Op
 
 NAME = "tencent"
@@ -40,16 +40,16 @@ def _parse(line):
 
 
 def sniff(path, head) -> bool:
-    lines = convert.first_lines(head)
+    lines = reading.first_lines(head)
     # Whole Unix seconds: 10^9 .. 10^10 for dates from 2001 to 2286.
     return bool(lines) and all(_parse(line) for line in lines) and 10**9 <= _parse(lines[0])[0] < 10**10
 
 
 def read(paths, options):
-    wanted = convert.device_option(options, "VolumeID")
+    wanted = reading.device_option(options, "VolumeID")
     origin = None
     for path in paths:
-        first = convert.first_record(path, _parse, convert.field_checker(KINDS), "IOType must be 0 or 1",
+        first = ordering.first_record(path, _parse, reading.field_checker(KINDS), "IOType must be 0 or 1",
                                      lambda f: f[0], 10**9, options.get("outliers"))
         if first is None:
             continue
@@ -70,28 +70,28 @@ def read(paths, options):
     meter = options.get("meter")
     streams = [_spread(p, _outliers(p, _chunks(p, wanted, meter), options.get("outliers")), origin)
                for p in paths]
-    return metadata, convert.merge_sorted(streams)
+    return metadata, ordering.merge_sorted(streams)
 
 
 def _chunks(path, wanted, meter):
-    blocks = convert.read_blocks(path, NAMES, TYPES, check_line=convert.field_checker(KINDS), meter=meter)
+    blocks = reading.read_blocks(path, NAMES, TYPES, check_line=reading.field_checker(KINDS), meter=meter)
     for row0, batch in blocks:
-        iotype = convert.numpy_of(batch.column("iotype"))
+        iotype = reading.numpy_of(batch.column("iotype"))
         if (bad := (iotype != 0) & (iotype != 1)).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), f"IOType {iotype[bad.argmax()]}; "
+            raise reading.fail_at(path, row0 + int(bad.argmax()), f"IOType {iotype[bad.argmax()]}; "
                                   "expected 0 (read) or 1 (write)")
-        volume = convert.numpy_of(batch.column("volume"))
+        volume = reading.numpy_of(batch.column("volume"))
         if (bad := (volume < 0) | (volume > np.iinfo(np.uint32).max)).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), "VolumeID out of range")
-        seconds = convert.numpy_of(batch.column("ts"))
+            raise reading.fail_at(path, row0 + int(bad.argmax()), "VolumeID out of range")
+        seconds = reading.numpy_of(batch.column("ts"))
         chunk = {
             "ts_ns": seconds,  # whole seconds until _spread
             "op": np.where(iotype == 0, Op.READ, Op.WRITE).astype(np.uint8),
-            "offset": convert.numpy_of(batch.column("offset")) * SECTOR,
-            "length": convert.numpy_of(batch.column("size")) * SECTOR,
+            "offset": reading.numpy_of(batch.column("offset")) * SECTOR,
+            "length": reading.numpy_of(batch.column("size")) * SECTOR,
             "_row": np.arange(row0, row0 + len(seconds)),
         }
-        convert.check_rows(path, chunk, row0)
+        reading.check_rows(path, chunk, row0)
         if wanted is None:
             chunk["device"] = volume.astype(np.uint32)
         else:
@@ -101,8 +101,8 @@ def _chunks(path, wanted, meter):
 
 
 def _outliers(path, chunks, log):
-    """convert.Outliers over whole seconds."""
-    spikes = convert.Outliers(path, log, lambda row: convert.line_of_row(path, row), scale=10**9)
+    """ordering.Outliers over whole seconds."""
+    spikes = ordering.Outliers(path, log, lambda row: reading.line_of_row(path, row), scale=10**9)
     for chunk in chunks:
         yield spikes.push(chunk, 0)
     rest = spikes.finish()
@@ -120,11 +120,11 @@ def _spread(path, chunks, origin):
         if len(seconds):
             before = held["ts_ns"][-1] if held is not None and len(held["ts_ns"]) else None
             if before is not None and seconds[0] < before:
-                raise convert.fail_at(path, int(rows[0]), f"time goes back from {before} to {seconds[0]} s")
+                raise reading.fail_at(path, int(rows[0]), f"time goes back from {before} to {seconds[0]} s")
             if (down := seconds[1:] < seconds[:-1]).any():
                 i = int(down.argmax())
-                raise convert.fail_at(path, int(rows[i + 1]), f"time goes back from {seconds[i]} to {seconds[i + 1]} s")
-        held = chunk if held is None else convert.concat([held, chunk])
+                raise reading.fail_at(path, int(rows[i + 1]), f"time goes back from {seconds[i]} to {seconds[i + 1]} s")
+        held = chunk if held is None else ordering.concat([held, chunk])
         if not len(held["ts_ns"]):
             continue
         cut = int(np.searchsorted(held["ts_ns"], held["ts_ns"][-1], side="left"))

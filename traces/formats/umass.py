@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traces import convert
 from traces.errors import ReplayError
+from traces.formats import ordering, reading
 from traces.schema import Op
 
 NAME = "umass"
@@ -36,7 +36,7 @@ def _parse(line):
 
 
 def sniff(path, head) -> bool:
-    lines = convert.first_lines(head)
+    lines = reading.first_lines(head)
     return bool(lines) and all(_parse(line) for line in lines)
 
 
@@ -45,9 +45,9 @@ def read(paths, options):
     if mode not in ("devices", "concat"):
         raise ReplayError(f"--asu must be devices or concat, not {mode!r}")
     meter = options.get("meter")
-    checker = convert.field_checker(KINDS, min_fields=5)
+    checker = reading.field_checker(KINDS, min_fields=5)
     for path in paths:
-        convert.first_record(path, _parse, checker, "Opcode must be r or w")
+        ordering.first_record(path, _parse, checker, "Opcode must be r or w")
     metadata = {
         "description": "Imported from the UMass SPC traces: " + ", ".join(p.name for p in paths) + ".",
         "source": {"kind": "import:umass", "asu": mode},
@@ -71,9 +71,9 @@ def read(paths, options):
         table[list(bases)] = list(bases.values())
     else:
         table = None
-    streams = [convert.ordered_chunks(p, _chunks(p, table, meter), 0, outliers=options.get("outliers"))
+    streams = [ordering.ordered_chunks(p, _chunks(p, table, meter), 0, outliers=options.get("outliers"))
                for p in paths]
-    return metadata, convert.merge_sorted(streams)
+    return metadata, ordering.merge_sorted(streams)
 
 
 _COLUMNS = (("asu", pa.int64()), ("lba", pa.int64()), ("size", pa.int64()), ("opcode", None),
@@ -87,17 +87,17 @@ def _blocks(path, meter):
     line is read whole (\x1f never occurs in one; a line holding it makes pyarrow refuse the
     block, which the rescan reports by line) and split on its first five commas.
     """
-    check = convert.field_checker(KINDS, min_fields=5)
-    for row0, batch in convert.read_blocks(path, ["line"], {"line": pa.string()}, check_line=check,
+    check = reading.field_checker(KINDS, min_fields=5)
+    for row0, batch in reading.read_blocks(path, ["line"], {"line": pa.string()}, check_line=check,
                                            delimiter="\x1f", meter=meter):
         line = batch.column("line")
         # Spaces may follow the commas; trimming costs a pass per field, so only when present.
         spaced = pc.any(pc.match_substring(line, " ")).as_py()
         fields = pc.split_pattern(line, ",", max_splits=5)
         if (pc.min(pc.list_value_length(fields)).as_py() or 0) < 5:
-            count = convert.numpy_of(pc.list_value_length(fields))
+            count = reading.numpy_of(pc.list_value_length(fields))
             i = int((count < 5).argmax())
-            raise convert.fail_at(path, row0 + i, f"expected at least 5 fields separated by ',', "
+            raise reading.fail_at(path, row0 + i, f"expected at least 5 fields separated by ',', "
                                   f"found {count[i]}")
         arrays = []
         for i, (name, type_) in enumerate(_COLUMNS):
@@ -109,32 +109,32 @@ def _blocks(path, meter):
             try:
                 arrays.append(pc.cast(text, type_))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise convert.locate_line(path, exc, check) from None
+                raise reading.locate_line(path, exc, check) from None
         yield row0, pa.RecordBatch.from_arrays(arrays, [n for n, _ in _COLUMNS])
 
 
 def _asu_end(batch):
-    asu = convert.numpy_of(batch.column("asu"))
-    end = convert.numpy_of(batch.column("lba")) * SECTOR + convert.numpy_of(batch.column("size"))
+    asu = reading.numpy_of(batch.column("asu"))
+    end = reading.numpy_of(batch.column("lba")) * SECTOR + reading.numpy_of(batch.column("size"))
     return asu, end
 
 
 def _chunks(path, table, meter):
     for row0, batch in _blocks(path, meter):
-        asu = convert.numpy_of(batch.column("asu"))
+        asu = reading.numpy_of(batch.column("asu"))
         if (bad := asu < 0).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), "negative ASU")
-        seconds = convert.numpy_of(batch.column("ts"))
+            raise reading.fail_at(path, row0 + int(bad.argmax()), "negative ASU")
+        seconds = reading.numpy_of(batch.column("ts"))
         if (bad := ~np.isfinite(seconds)).any():
-            raise convert.fail_at(path, row0 + int(bad.argmax()), "timestamp is not a finite number")
-        offset = convert.numpy_of(batch.column("lba")) * SECTOR
+            raise reading.fail_at(path, row0 + int(bad.argmax()), "timestamp is not a finite number")
+        offset = reading.numpy_of(batch.column("lba")) * SECTOR
         chunk = {
             "ts_ns": np.rint(seconds * 1e9).astype(np.int64),
-            "op": convert.op_from_words(path, batch.column("opcode"), WORDS, row0),
+            "op": reading.op_from_words(path, batch.column("opcode"), WORDS, row0),
             "offset": offset,
-            "length": convert.numpy_of(batch.column("size")),
+            "length": reading.numpy_of(batch.column("size")),
         }
-        convert.check_rows(path, chunk, row0)
+        reading.check_rows(path, chunk, row0)
         if table is None:
             chunk["device"] = asu.astype(np.uint32)
         else:

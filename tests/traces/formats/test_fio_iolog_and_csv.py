@@ -272,16 +272,16 @@ def test_tencent_rows_spread_evenly_over_each_second(tmp_path_factory, rows):
 
 
 def test_tencent_second_split_across_blocks_is_spread_as_a_whole(tmp_path):
-    from traces import convert
+    from traces.formats import reading
 
     path = tmp_path / "cbs.csv"
     path.write_text("".join(f"{S_2018 + i // 1000},{i},8,0,1\n" for i in range(5000)))
-    old = convert.BLOCK_BYTES
-    convert.BLOCK_BYTES = 4096  # many blocks, seconds split across them
+    old = reading.BLOCK_BYTES
+    reading.BLOCK_BYTES = 4096  # many blocks, seconds split across them
     try:
         cols, _ = read_trace(import_trace([path], tmp_path / "t.parquet")[0])
     finally:
-        convert.BLOCK_BYTES = old
+        reading.BLOCK_BYTES = old
     assert cols["ts_ns"].tolist() == [(i // 1000) * 10**9 + (i % 1000) * 10**6 for i in range(5000)]
 
 
