@@ -241,7 +241,7 @@ def field_checker(kinds, min_fields=None, delimiter=","):
 
 
 def read_blocks(path, names, types, *, check_line, delimiter=",", skip_rows=0,
-                include=None, meter=None, block_bytes=BLOCK_BYTES, quoted=False):
+                include=None, meter=None, block_bytes=None, quoted=False):
     """Yield (first data row, RecordBatch) over a delimited text file, in bounded memory.
 
     The file is cut into blocks of whole lines, each parsed by pyarrow's multi-threaded
@@ -265,7 +265,7 @@ def read_blocks(path, names, types, *, check_line, delimiter=",", skip_rows=0,
     try:
         carry, row, skip, done, lines = b"", 0, skip_rows, False, 0
         while not done:
-            data, error = read_block(f, block_bytes)
+            data, error = read_block(f, block_bytes or BLOCK_BYTES)
             if error is not None:
                 raise read_error(path, lines + (carry + data).count(b"\n") + 1, error)
             if plain and meter is not None:
