@@ -9,7 +9,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from analysis import catalog
 from tests.cli_process import replay_cli
+from traces.errors import ReplayError
 from traces.schema import Op
 from traces.trace import read_trace, write_trace
 
@@ -150,3 +152,28 @@ def test_the_single_machine_path_imports_neither_ray_nor_duckdb(tmp_path):
 def test_bad_library_arguments_are_one_line(tmp_path, args, message):
     done = replay_cli(*args, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("error: ") and message in done.stderr
+
+
+# ---- the catalog answers queries, and only queries of a catalog ------------------------------
+
+def test_a_catalog_query_cannot_write_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "catalog.parquet"
+    catalog.write_catalog([{"path": "a.parquet"}], path)
+    assert catalog.query(path, "SELECT count(*) FROM catalog")[1] == [(1,)]
+    out = tmp_path / "copy.csv"
+    with pytest.raises(ReplayError, match="the query failed"):
+        catalog.query(path, f"COPY (SELECT 1) TO '{out}'")
+    assert not out.exists()
+    with pytest.raises(ReplayError, match="the query failed"):
+        catalog.query(path, "SET enable_external_access = true")
+
+
+def test_a_trace_given_as_the_catalog_is_refused(tmp_path):
+    from pathlib import Path
+
+    trace = Path(__file__).parents[2] / "traces" / "demo.parquet"
+    with pytest.raises(ReplayError, match="not a catalog"):
+        catalog.query(trace, "SELECT 1")
