@@ -51,3 +51,11 @@ def refused(done, *words) -> str:
     for word in words:
         assert word in lines[0], lines[0]
     return lines[0]
+
+
+def one_line(stderr, word) -> str:
+    """The one line of `stderr` that holds `word`; fails on a traceback or on several lines."""
+    assert "Traceback" not in stderr, stderr
+    said = [line for line in stderr.splitlines() if word in line]
+    assert len(said) == 1, stderr
+    return said[0]

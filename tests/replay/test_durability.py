@@ -1,6 +1,6 @@
 """A run keeps its rows whatever ends it: SIGTERM and SIGHUP as Ctrl-C, SIGKILL through the
 journal and `replay recover`, a full results filesystem (real tmpfs mounts) with one line;
-Ctrl-C over several chunks and workers; captures after a killed one, and of an empty device.
+Ctrl-C over several chunks and workers.
 """
 import contextlib
 import glob
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cli_process import replay_cli, replay_process, wait_for
+from tests.cli_process import one_line, replay_cli, replay_process, wait_for
 from replay.runner import RESULT_FLUSH_S
 from traces.schema import Op
 from traces.trace import open_trace, read_trace, write_trace
@@ -35,13 +35,6 @@ def make_trace(path, n, gap_ns, span=64 * 4096):
 
 def journal(out) -> list[str]:
     return glob.glob(f"{out}.*.partial")
-
-
-def one_line(stderr, word) -> str:
-    assert "Traceback" not in stderr, stderr
-    said = [line for line in stderr.splitlines() if word in line]
-    assert len(said) == 1, stderr
-    return said[0]
 
 
 # ---- SIGTERM and SIGHUP are Ctrl-C -------------------------------------------------------
@@ -316,54 +309,3 @@ def test_a_full_results_filesystem_mid_run_stops_cleanly_and_keeps_the_rows(tmp_
         rows = len(cols["op"])
         assert 0 < rows < n and meta["interrupted"] is True
         np.testing.assert_array_equal(cols["ts_ns"], np.arange(rows) * gap)
-
-
-# ---- captures ----------------------------------------------------------------------------
-
-TRACEFS = Path("/sys/kernel/tracing")
-
-
-def _remove_instance(path: Path) -> None:
-    if path.exists():
-        with contextlib.suppress(OSError):
-            (path / "tracing_on").write_text("0\n")
-        with contextlib.suppress(OSError):
-            path.rmdir()
-
-
-@root
-@pytest.mark.loopdev
-def test_a_capture_removes_the_instance_a_killed_capture_left(tmp_path, loop_device):
-    dev = loop_device(16 * MIB)
-    left = None
-    try:
-        with replay_process("capture", dev, "-o", tmp_path / "killed.parquet", "--backend",
-                            "tracefs") as proc:
-            left = TRACEFS / "instances" / f"tracereplay-{proc.pid}"
-            wait_for(proc, lambda: left.exists() and (left / "tracing_on").read_text() == "1\n",
-                     "the capture's recording")
-            proc.kill()
-            proc.wait()
-        assert left.exists() and (left / "tracing_on").read_text().strip() == "1"
-        done = replay_cli("capture", dev, "-o", tmp_path / "next.parquet", "--backend", "tracefs",
-                          "--duration", "0.3")
-        assert done.returncode == 0, done.stderr
-        line = one_line(done.stderr, "removed tracefs instance")
-        assert left.name in line and "killed" in line
-        assert not left.exists()
-    finally:
-        if left is not None:
-            _remove_instance(left)
-
-
-@root
-@pytest.mark.loopdev
-def test_capturing_a_device_of_size_0_is_refused_in_one_line(tmp_path):
-    free = subprocess.run(["losetup", "-f"], capture_output=True, text=True).stdout.strip()
-    if not free or not os.path.exists(free):
-        pytest.skip("no free loop device node")
-    done = replay_cli("capture", free, "-o", tmp_path / "empty.parquet", "--duration", "1")
-    assert done.returncode == 2, done.stderr
-    line = one_line(done.stderr, "error:")
-    assert "size 0" in line and free in line
-    assert not (tmp_path / "empty.parquet").exists()

@@ -1,6 +1,7 @@
 """replay capture: the ring-buffer page decoder on generated and real pages, request building
 from block events, and end-to-end captures of real dd/fio workloads on loop devices.
 """
+import contextlib
 import os
 import signal
 import struct
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.cli_process import replay_cli, replay_process, wait_for
+from tests.cli_process import one_line, replay_cli, replay_process, wait_for
 from traces.capture import CaptureError, capture
 from traces.capture import tracefs
 from traces.capture.records import build, last_before, match_fifo, match_fifo_reference, parse_rwbs, sleeps
@@ -635,3 +636,52 @@ def test_capture_refuses_a_regular_file(tmp_path):
     done = replay_cli("capture", target, "-o", tmp_path / "x.parquet", "--duration", "1")
     assert done.returncode == 2
     assert "error: " in done.stderr and "Traceback" not in done.stderr
+
+
+# ---- after a killed capture, and of an empty device ---------------------------------------
+
+
+def _remove_instance(path: Path) -> None:
+    if path.exists():
+        with contextlib.suppress(OSError):
+            (path / "tracing_on").write_text("0\n")
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_a_capture_removes_the_instance_a_killed_capture_left(tmp_path, loop_device):
+    dev = loop_device(16 * MIB)
+    left = None
+    try:
+        with replay_process("capture", dev, "-o", tmp_path / "killed.parquet", "--backend",
+                            "tracefs") as proc:
+            left = TRACEFS / "instances" / f"tracereplay-{proc.pid}"
+            wait_for(proc, lambda: left.exists() and (left / "tracing_on").read_text() == "1\n",
+                     "the capture's recording")
+            proc.kill()
+            proc.wait()
+        assert left.exists() and (left / "tracing_on").read_text().strip() == "1"
+        done = replay_cli("capture", dev, "-o", tmp_path / "next.parquet", "--backend", "tracefs",
+                          "--duration", "0.3")
+        assert done.returncode == 0, done.stderr
+        line = one_line(done.stderr, "removed tracefs instance")
+        assert left.name in line and "killed" in line
+        assert not left.exists()
+    finally:
+        if left is not None:
+            _remove_instance(left)
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_capturing_a_device_of_size_0_is_refused_in_one_line(tmp_path):
+    free = subprocess.run(["losetup", "-f"], capture_output=True, text=True).stdout.strip()
+    if not free or not os.path.exists(free):
+        pytest.skip("no free loop device node")
+    done = replay_cli("capture", free, "-o", tmp_path / "empty.parquet", "--duration", "1")
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr, "error:")
+    assert "size 0" in line and free in line
+    assert not (tmp_path / "empty.parquet").exists()
