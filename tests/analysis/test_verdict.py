@@ -305,3 +305,70 @@ def test_cli_json_carries_the_hand_computed_figures(known):
         assert (got[name]["answer"], round(got[name]["share"], 4), got[name]["wait_ratio"]) == \
             (answer, share, pytest.approx(ratio)), name
     assert got["boot"]["finish_ratio"] == 8.0 and got["boot"]["primary_ratio"] == 8.0
+
+
+# -- the verdict speaks in application terms for causal replays ------------------------------
+
+def _causal_results(path, name, device_ns, think_ns=MS, rows=1000, mode="causal"):
+    """A hand-made results file of one closed chain: each I/O issued `think_ns` after the
+    previous one completed, taking `device_ns`."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from traces.schema import METADATA_KEY
+
+    issue = np.arange(rows, dtype=np.int64) * (device_ns + think_ns)
+    columns = {"ts_ns": issue.copy(), "op": np.zeros(rows, np.uint8), "offset": np.arange(rows, dtype=np.int64) * 4096,
+               "length": np.full(rows, 4096, np.int64), "intended_ns": issue, "issue_ns": issue,
+               "complete_ns": issue + device_ns, "result": np.full(rows, 4096, np.int64)}
+    meta = {"schema_version": 1, "kind": "results", "name": name, "interrupted": False,
+            "run": {"mode": mode, "speed": 1.0, "qd": 1}, "trace": {"path": f"{name}.parquet", "rows": rows},
+            "target": {"path": str(path.parent)}}
+    pq.write_table(pa.table(columns).replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()}), path)
+    return path
+
+
+def test_the_verdict_gives_a_causal_replays_run_time_in_application_terms(tmp_path):
+    from analysis.verdict import VerdictError, verdict
+
+    for side in "ab":
+        (tmp_path / side).mkdir()
+    # 1,000 I/Os with 1 ms of the application's own time after each: 2 ms each on A, 0.5 ms on
+    # B, so the application would run 1000 x 2 + 999 x 1 = 2,999 ms on A and 1,499 ms on B.
+    _causal_results(tmp_path / "a" / "oltp.parquet", "oltp", 2 * MS)
+    _causal_results(tmp_path / "b" / "oltp.parquet", "oltp", MS // 2)
+    sa = _score_set(tmp_path / "mix-a", 1_000.0, tmp_path / "a" / "oltp.parquet")
+    sb = _score_set(tmp_path / "mix-b", 16_000.0, tmp_path / "b" / "oltp.parquet")
+    v = verdict([sa], [sb], [tmp_path / "a"], [tmp_path / "b"], "slow", "fast")
+    (w,) = v.workloads
+    assert (w.mode, w.primary) == ("causal", "finish")
+    assert (w.a.finish_ns, w.b.finish_ns) == (2_999 * MS, 1_499 * MS)
+    assert w.sentence == ("fast is 16.00x faster than slow on 70/30 QD32 (32 workers x QD1); oltp would "
+                          f"finish 2.00x sooner on fast (causal replay): {w.share:.0%} of the synthetic advantage.")
+    assert "  oltp          causal" in v.format_table()
+    # One side causal, the other not: refused, saying how to replay.
+    _causal_results(tmp_path / "b" / "oltp.parquet", "oltp", MS // 2, mode="original")
+    with pytest.raises(VerdictError, match="causal timing on one target only"):
+        verdict([sa], [sb], [tmp_path / "a"], [tmp_path / "b"])
+
+
+def test_a_causal_replay_that_finishes_in_the_same_time_says_so_in_a_sentence(tmp_path):
+    """An application paced by its own users (a rate, think time) runs as long on either
+    drive; the sentence says so in words, and how much less its I/Os waited."""
+    from analysis.verdict import verdict
+
+    for side in "ab":
+        (tmp_path / side).mkdir()
+    # 1,000 I/Os, each 1 ms on A and 0.5 ms on B after 100 ms of the application's own time:
+    # 100.999 s on A and 100.4995 s on B, 0.5 % apart; its I/Os wait 2x less on B.
+    _causal_results(tmp_path / "a" / "blob.parquet", "blob", MS, think_ns=100 * MS)
+    _causal_results(tmp_path / "b" / "blob.parquet", "blob", MS // 2, think_ns=100 * MS)
+    sa = _score_set(tmp_path / "mix-a", 1_000.0, tmp_path / "a" / "blob.parquet")
+    sb = _score_set(tmp_path / "mix-b", 16_000.0, tmp_path / "b" / "blob.parquet")
+    (w,) = verdict([sa], [sb], [tmp_path / "a"], [tmp_path / "b"], "slow", "fast").workloads
+    assert w.answer == "no"
+    assert w.sentence == ("fast is 16.00x faster than slow on 70/30 QD32 (32 workers x QD1); blob would "
+                          "finish within 5% of the same time on either (causal replay), though its I/Os "
+                          "wait 2.00x less on fast: the advantage does not show in its run time.")

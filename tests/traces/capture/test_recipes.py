@@ -17,7 +17,7 @@ from traces.capture.recipes import RECIPES, RecipeError, load, names
 from traces.capture.recipes.common import MIB, Session, parse_knobs
 from traces.errors import ReplayError
 from traces.schema import Op
-from traces.trace import read_trace
+from traces.trace import open_trace, read_trace
 
 OURS = ("oltp", "blob", "filecopy")
 root_loop = [pytest.mark.root, pytest.mark.loopdev]
@@ -238,3 +238,42 @@ def test_an_interrupted_recipe_tears_down(tmp_path, clean, sig):
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert not out.exists()
+
+
+# -- fixed work: the recipes record the application's own outcome ------------------------
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_oltp_fixed_work_records_pgbench_outcome(tmp_path):
+    from traces.capture.recipes import load
+
+    out = tmp_path / "oltp.parquet"
+    load("oltp").run(None, out, notices=[], transactions=50, seed=3, scale=1, clients=2,
+                     memory_mb=128, shared_buffers_mb=16)
+    meta = open_trace(out).metadata
+    outcome = meta["recipe"]["outcome"]
+    assert outcome["transactions"] == 100 and outcome["status"] == 0
+    assert outcome["tps"] > 0 and outcome["latency_ms"] > 0 and outcome["elapsed_s"] > 0
+    assert "-t 50 --random-seed=3" in meta["recipe"]["workload"]
+    assert "50 transactions per client (seed 3)" in meta["description"]
+    # The run's start and end on the trace's clock: after the capture started, elapsed apart.
+    start, end = outcome["start_monotonic_ns"], outcome["end_monotonic_ns"]
+    assert meta["source"]["start_monotonic_ns"] < start < end
+    assert (end - start) / 1e9 == pytest.approx(outcome["elapsed_s"])
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_blob_fixed_work_records_operations_and_latency(tmp_path):
+    from traces.capture.recipes import load
+
+    out = tmp_path / "blob.parquet"
+    load("blob").run(None, out, notices=[], ops=60, populate_mb=64, clients=2, memory_mb=128)
+    outcome = open_trace(out).metadata["recipe"]["outcome"]
+    assert outcome["operations"] == 60 and sum(outcome["by_op"].values()) == 60
+    assert outcome["ops_per_s"] > 0 and outcome["latency_ms"]["p99"] >= outcome["latency_ms"]["p50"] > 0
+    assert outcome["elapsed_s"] >= outcome["store_elapsed_s"] > 0
+    assert 0 < outcome["cpu_user_s"] + outcome["cpu_system_s"] <= outcome["elapsed_s"] * os.cpu_count()
+    # The clients' sleeps (SQLite's busy handler) are traced with the blob store's I/O.
+    sleeps = open_trace(out).metadata["source"]["sleeps"]
+    assert sleeps is not None and len(sleeps["pid"]) == len(sleeps["start_ns"]) == len(sleeps["end_ns"])
