@@ -455,7 +455,8 @@ class _Deadline:
             self._old = None
 
 
-def _null_target(size: int) -> Target:
+def null_target(size: int) -> Target:
+    """The stand-in target of a run on the null engine, which opens no file: `size` bytes."""
     return Target(path="(null engine)", kind="null", size=max(size, 512),
                   logical_block_size=512, physical_block_size=512)
 
@@ -617,7 +618,7 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
     writes = scan.writes and not options.read_only
     cleanup = None
     if options.engine == "null" and target is None:
-        tgt = _null_target(scan.span)
+        tgt = null_target(scan.span)
     elif target is None:
         tgt, cleanup = scratch_target(scan.span, writes=writes)
         notices.append(f"no target given: replaying on a scratch file of {remap.human_bytes(tgt.size)} "

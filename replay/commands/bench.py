@@ -14,7 +14,7 @@ from traces.errors import ReplayError
 
 
 TESTS = ("mix", "seqmix", "steady", "act", "pts")
-# The seed presets (synth.suite.PRESETS), named here so that --help needs no import of the
+# The seed presets (replay.bench.presets.PRESETS), named here so that --help needs no import of the
 # generators; a test checks the two agree.
 PRESET_HELP = (
     "seed000-mix (seed 000's 70/30 sweep at 32 workers x QD1), seed000-act (seed 000's ACT "
@@ -181,8 +181,10 @@ def bench(
 
     Example: replay bench mix /dev/sdc -o mix-sdc --scale 0.01
     """
-    from synth.suite import (PRESETS, BenchOptions, describe_preset, format_results, parse_split,
-                             preset_options, run_bench)
+    from replay.bench.options import BenchOptions, parse_split
+    from replay.bench.presets import PRESETS, describe_preset, preset_options
+    from replay.bench.scores import format_results
+    from replay.bench.session import run_bench
 
     if list_:
         for preset in PRESETS.values():

@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 from tests.cli_process import replay_cli, replay_process, wait_for
 from analysis import scoring
 from analysis.summary import RunSummary
+from replay.bench.options import UNBOUNDED, BenchError, BenchOptions
+from replay.bench.scores import act_scores, steady_scores
+from replay.bench.session import run_bench
 from replay.runner import GeneratorSource, RunOptions, replay
 from synth import generators as g
-from synth.suite import UNBOUNDED, BenchError, BenchOptions, act_scores, run_bench, steady_scores
 from tests.replay.test_run_end_to_end import marks, needs, on_loop, uring
 from traces import schema
 from traces.errors import ReplayError, UnsafeTargetError

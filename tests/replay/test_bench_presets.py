@@ -13,7 +13,10 @@ from analysis import scoring
 from analysis.summary import RunSummary
 from analysis.verdict import SYNTHETIC_SCORES
 from tests.cli_process import replay_cli
-from synth.suite import PRESETS, BenchOptions, preset_options, run_bench, steady_scores
+from replay.bench.options import BenchOptions
+from replay.bench.presets import PRESETS, preset_options
+from replay.bench.scores import steady_scores
+from replay.bench.session import run_bench
 from tests.replay.test_run_end_to_end import marks, on_loop, uring
 from traces import schema
 from traces.trace import open_trace
@@ -384,7 +387,7 @@ def test_the_report_draws_the_reviews_pictures_of_bench_sets(tmp_path, monkeypat
 
 def test_a_discard_is_a_pts_purge_on_a_file_but_not_on_a_drive():
     from traces.targets import Target
-    from synth.suite import purge_statement
+    from replay.bench.procedures import purge_statement
 
     drive = Target("/dev/nvme0n1", "block", 1 << 40, 512, 4096)
     loop = Target("/dev/loop3", "block", 1 << 30, 512, 512, backing_file="/var/tmp/x.img")

@@ -1,0 +1,10 @@
+"""The bench runner: `replay bench`'s standard tests, driving synth's generators through the
+replayer and scoring the runs as the reviews do.
+
+options (the tests, their options and the labels of runs), presets (each review's test as it
+ran), session (Bench: one invocation, its runs recorded in results.json; run_bench), procedures
+(what each test runs), scores (scoring and the console table). The package imports none of them
+itself, so that `replay bench --help` loads no generator.
+"""
+
+__all__ = ["options", "presets", "procedures", "scores", "session"]

@@ -1,0 +1,128 @@
+"""The standard tests of `replay bench` and their options: the tests' names, the reviews'
+run lengths, read shares and queue-depth splits, BenchOptions and the labels runs are named by.
+"""
+import re
+from dataclasses import dataclass
+
+from analysis import scoring
+from traces.errors import ReplayError
+
+TESTS = ("mix", "seqmix", "steady", "act", "pts")
+FORMAT = "tracereplay-results-set"
+VERSION = 1
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+SECOND_NS = scoring.SECOND_NS
+
+# The reviews' read shares; 70/30 last, as the headline point. SIX_SHARES are seed 001's
+# and 002's sweeps ("starting at 100 % reads and adding 20 % of writes in each phase"), whose
+# average MB/s is seed 001's bar.
+READ_SHARES = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0, 0.7)
+SIX_SHARES = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)
+MIX_SPAN = 8 * GIB
+# Queue-depth splits as (workers, queue depth each): 1x3 is Iometer's QD3 (seeds 001, 004),
+# 1x32 one worker at QD32 (seeds 002, 004), 32x1 seed 000's "QD32" (32 threads at QD1).
+# `mix` runs each split's whole sweep before the next (queue depth outermost), refilling the
+# target before each, so no split inherits the state another split's writes left.
+MIX_SPLITS = ((1, 3), (1, 32), (32, 1))
+FILL_BLOCK = 128 * KIB
+DATA_PATTERN = r"random|zeros|compressible:(\d{1,2}|100)"
+# Run lengths at --scale 1, in seconds: Iometer's 3 minutes a point, an hour of random
+# writes scored on its last 400 s in 1-minute rounds, ACT's hour, PTS's 1-minute elements.
+MIX_POINT_S = 180.0
+STEADY_S = 3600.0
+# Seed 002's 70/30 steady state: 2 h of sequential writes, 6 h of 4 KiB 70/30 at QD32 scored
+# on the last 500 s, then QD scaling (QD1 to QD32) and the six-mix sweep at QD32.
+STEADY_70_30_PRECONDITION_S = 7200.0
+STEADY_70_30_S = 21600.0
+STEADY_70_30_WINDOW_S = 500.0
+QD_SCALING = (1, 2, 4, 8, 16, 32)
+ACT_PERIOD_S = float(scoring.ACT_PERIOD_S)
+PTS_ELEMENT_S = 60.0
+ROUND_S = 60.0
+# SNIA PTS 2.0.2: IOPS test mixes x block sizes, latency test mixes x sizes at QD1.
+PTS_READ_SHARES = (1.0, 0.95, 0.65, 0.5, 0.35, 0.05, 0.0)
+PTS_BLOCK_SIZES = (512, 4 * KIB, 8 * KIB, 16 * KIB, 32 * KIB, 64 * KIB, 128 * KIB, 1024 * KIB)
+PTS_LATENCY_READ_SHARES = (1.0, 0.65, 0.0)
+PTS_LATENCY_BLOCK_SIZES = (512, 4 * KIB, 8 * KIB)
+# The mix score `replay verdict` sets beside real use: seed 000's 70/30 "QD32", 32 workers
+# at QD1 (analysis.verdict.SYNTHETIC_SCORES reads it).
+VERDICT_MIX_KEY = "iops_70_30_32x1"
+# A closed-loop stimulus has no natural end: it is an unbounded generator run to its time
+# limit. UNBOUNDED is a count no run reaches, for callers that need a finite one.
+UNBOUNDED = 1 << 62
+# An engine issues discards of up to 4 GiB - 1 (a u32 length): a purge is cut in pieces.
+PURGE_PIECE = 1 * GIB
+
+
+class BenchError(ReplayError):
+    """A standard test cannot run as asked; the message says what to change."""
+
+
+@dataclass
+class BenchOptions:
+    """The command's options. Durations are seconds at --scale 1 unless given explicitly."""
+
+    scale: float = 1.0
+    duration_s: float | None = None  # a point (mix, seqmix), the run (steady, act), an element (pts)
+    span: int | str | None = None  # bytes from offset 0, or "target"; default 8 GiB for mix, else the target
+    engine: str | None = None  # as RunOptions.engine
+    destroy_data: bool = False
+    seed: int = 0
+    window_s: float | None = None  # steady: the scored last window (400 s scaled)
+    round_s: float | None = None  # steady: the steady-state round (60 s scaled)
+    max_rounds: int = scoring.PTS_MAX_ROUNDS  # pts: rounds before giving up (steady checks all)
+    multiple: float = 1.0  # act: the load multiple
+    search: bool = False  # act: step down from `start` to the highest passing multiple
+    start: int = 150
+    step: int = 10
+    period_s: float | None = None  # act: the scoring period (an hour, scaled)
+    block_sizes: tuple | None = None  # pts IOPS test block sizes (bytes)
+    fill: bool = True  # mix, seqmix, steady: sequential 128 KiB fill first
+    fill_bytes: int | None = None  # bytes filled from offset 0; None: the whole target
+    qd_splits: tuple | None = None  # mix: (workers, qd) splits, outermost; default MIX_SPLITS
+    read_shares: tuple | None = None  # mix, seqmix: the sweep (default READ_SHARES); steady: the
+    # QD32 sweep after the steady run and its QD scaling (seed 002: the six; default none)
+    data: tuple = ("random",)  # what measured writes carry (replay run --data); mix: each in turn
+    sweeps: tuple | None = None  # mix: explicit (split, shares, data) sweeps (presets)
+    read_share: float = 0.0  # steady: reads in the measured mix (seed 002: 0.7)
+    precondition_s: float | None = None  # steady: seconds of sequential writes (>= one fill)
+    point_s: float | None = None  # steady: seconds per QD-scaling and sweep point (180 scaled)
+    qd_scaling: tuple = ()  # steady: queue depths run after the steady run (seed 002: 1..32)
+    chunk_rows: int = 1 << 16
+    act_prep: bool = True  # act: act_prep (zeros, then random data over the whole target) first
+    act_latency: str = "intended"  # act: scoring.ACT_LATENCY key; "issue" is ACT 6's
+
+    def scaled(self, seconds: float, whole: bool = False) -> float:
+        """`seconds` at this scale; whole seconds (at least 1) for per-second scoring."""
+        value = seconds * self.scale
+        return float(max(1, round(value))) if whole else max(value, 0.01)
+
+
+def percent(share: float) -> int:
+    return int(round(share * 100))
+
+
+def size_label(size: int) -> str:
+    return f"{size // KIB}k" if size % KIB == 0 else f"{size}b"
+
+
+def split_label(split) -> str:
+    """(workers, qd) -> "WORKERSxQD": "1x32" is one worker at QD32, "32x1" 32 workers at QD1."""
+    return f"{split[0]}x{split[1]}"
+
+
+def parse_split(text: str) -> tuple:
+    """"32" (one worker at QD32), "1x32" or "32x1" (WORKERSxQD) -> (workers, qd)."""
+    m = re.fullmatch(r"\s*(?:(\d+)\s*x\s*)?(\d+)\s*", str(text).lower())
+    if not m or int(m.group(2)) < 1 or (m.group(1) is not None and int(m.group(1)) < 1):
+        raise BenchError(f"{text!r} is not a queue-depth split: give QD (one worker) or "
+                         "WORKERSxQD, for example 3, 1x32 or 32x1")
+    return (int(m.group(1) or 1), int(m.group(2)))
+
+
+def _data_label(data: str) -> str:
+    return "" if data == "random" else "_" + data.replace(":", "")
+
+
+def sweep_key(split, data="random") -> str:
+    return split_label(split) + _data_label(data)

@@ -1,0 +1,181 @@
+"""One `replay bench` invocation: the test's options checked against its target, each run
+replayed into DIR/<run>.parquet and recorded in DIR/results.json as soon as it finishes.
+"""
+import json
+import math
+import os
+import re
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from analysis import scoring
+from replay.bench import procedures
+from replay.bench.options import (DATA_PATTERN, FILL_BLOCK, FORMAT, KIB, MIB, MIX_SPAN, TESTS,
+                                  VERSION, BenchError, BenchOptions)
+from replay.remap import human_bytes
+from replay.runner import GeneratorSource, RunOptions, null_target, replay
+from synth import generators as g
+from traces.targets import check_safe_to_write, inspect_target
+from traces.trace import open_trace
+
+
+class Stopped(Exception):
+    """A run was interrupted (Ctrl-C): the suite ends, keeping what it has."""
+
+
+class Bench:
+    """One `replay bench TEST TARGET -o DIR` invocation. `run()` runs the test and returns the
+    results set (also written to DIR/results.json after every run, so a crash or Ctrl-C
+    keeps every finished run). `on_run(entry)` is told of each finished run."""
+
+    def __init__(self, test, target, out_dir, options: BenchOptions | None = None,
+                 on_run=None, notices=None):
+        if test not in TESTS:
+            raise BenchError(f"unknown test {test!r}: use one of {', '.join(TESTS)}")
+        self.test, self.options = test, options or BenchOptions()
+        self.out_dir, self.on_run = Path(out_dir), on_run
+        self.notices = [] if notices is None else notices
+        o = self.options
+        if not (o.scale > 0 and math.isfinite(o.scale)):
+            raise BenchError(f"--scale must be a positive number, not {o.scale}")
+        for name in ("duration_s", "window_s", "round_s", "period_s", "precondition_s", "point_s"):
+            value = getattr(o, name)
+            if value is not None and not value > 0:
+                raise BenchError(f"--{name[:-2].replace('_', '-')} must be a positive number of "
+                                 f"seconds, not {value}")
+        if not 0.0 <= o.read_share <= 1.0:
+            raise BenchError(f"--read-share must be from 0 to 100 percent, not {o.read_share * 100:g}")
+        if any(q < 1 for q in o.qd_scaling):
+            raise BenchError(f"--qd-scaling needs queue depths of at least 1, not {o.qd_scaling}")
+        if o.act_latency not in scoring.ACT_LATENCY:
+            raise BenchError(f"--act-latency must be intended (the queue-era ACT) or issue "
+                             f"(ACT 6), not {o.act_latency!r}")
+        if o.max_rounds < 1:
+            raise BenchError(f"--max-rounds must be at least 1, not {o.max_rounds}")
+        if target is None and o.engine != "null":
+            raise BenchError("give a TARGET (a block device or a regular file); only "
+                             "--engine null runs without one")
+        self.target_arg = None if target is None else str(target)
+        default_span = MIX_SPAN if test == "mix" else None
+        if self.target_arg is None:
+            null_span = MIX_SPAN if o.span in (None, "target") else o.span
+            self.target = null_target(max(null_span, o.fill_bytes or 0))
+        else:
+            self.target = inspect_target(self.target_arg)
+        usable = self.target.size // MIB * MIB
+        self.span = usable if o.span == "target" else int(o.span or default_span or usable)
+        if o.fill_bytes is not None and not 0 < o.fill_bytes <= self.target.size:
+            raise BenchError(f"--fill must be between 1 byte and the target's "
+                             f"{self.target.size} bytes, not {o.fill_bytes}")
+        if isinstance(o.data, str):
+            o.data = tuple(o.data.split(","))
+        for pattern in o.data:
+            if not re.fullmatch(DATA_PATTERN, pattern):
+                raise BenchError(f"--data {pattern!r} is not a data pattern: use random, zeros "
+                                 "or compressible:PCT with PCT from 0 to 100")
+        for w, q in o.qd_splits or ():
+            if w < 1 or q < 1:
+                raise BenchError(f"a queue-depth split needs at least 1 worker at QD1, not {w}x{q}")
+        if self.span <= 0 or self.span % (4 * KIB):
+            raise BenchError(f"--span must be a positive multiple of 4 KiB, not {self.span} bytes")
+        if self.span > self.target.size:
+            raise BenchError(
+                f"the {test} test spans {human_bytes(self.span)} ({self.span} bytes) but "
+                f"{self.target.path} holds {human_bytes(self.target.size)}; give --span "
+                f"{usable} or less, or a larger target")
+        if self.target.kind == "block":
+            check_safe_to_write(self.target, o.destroy_data)
+        self.runs: list[dict] = []
+        self.scores: dict = {}
+        self.started = datetime.now(timezone.utc).isoformat()
+        self.preset = None  # set by run_bench for a seed preset: its name, seed and overrides
+
+    # ---- running ---------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        interrupted = False
+        try:
+            procedures.PROCEDURES[self.test](self)
+        except (Stopped, KeyboardInterrupt):
+            interrupted = True
+        return self._save(interrupted, finished=True)
+
+    def _save(self, interrupted=False, finished=False) -> dict:
+        results = {
+            "format": FORMAT, "version": VERSION, "test": self.test,
+            "target": asdict(self.target), "started": self.started,
+            "finished": datetime.now(timezone.utc).isoformat() if finished else None,
+            "interrupted": interrupted, "span": self.span, "preset": self.preset,
+            "options": {k: (list(v) if isinstance(v, tuple) else v)
+                        for k, v in asdict(self.options).items()},
+            "runs": self.runs, "scores": self.scores,
+        }
+        tmp = self.out_dir / f".results.json.{os.getpid()}.partial"
+        tmp.write_text(json.dumps(results, indent=1, allow_nan=False))
+        os.replace(tmp, self.out_dir / "results.json")
+        return results
+
+    def run_one(self, name, role, generator, *, qd=32, workers=1, afap=True,
+                time_limit_s=None, consumers=(), data="random"):
+        """Run one generator on the target into DIR/<name>.parquet and record it. A run that
+        ACT gave up on (scoring.ActGaveUp from a consumer) is recorded, then re-raised."""
+        o = self.options
+        # An open-loop run hands its results over in smaller chunks, so that a consumer
+        # watching it (ACT's early stop) hears of a backlog within seconds.
+        chunk_rows = o.chunk_rows if afap else min(o.chunk_rows, 4096)
+        options = RunOptions(afap=afap, qd=qd, workers=workers, engine=o.engine,
+                             destroy_data=True,  # checked once, before the first run
+                             time_limit_s=time_limit_s, chunk_rows=chunk_rows, data=data)
+        file = f"{name}.parquet"
+        parameters = {"generator": generator.name, **generator.parameters(), "afap": afap,
+                      "qd": qd, "workers": workers, "time_limit_s": time_limit_s, "data": data}
+        try:
+            outcome = replay(GeneratorSource(generator, name), self.target_arg, options,
+                             output=self.out_dir / file, notices=self.notices, consumers=consumers,
+                             metadata={"bench": {"test": self.test, "run": name, "role": role}})
+        except scoring.ActGaveUp as e:
+            md = open_trace(self.out_dir / file).metadata  # closed by the runner, rows kept
+            self.runs.append({"name": name, "file": file, "role": role, "parameters": parameters,
+                              "interrupted": False, "gave_up": str(e),
+                              "summary": md["summary"]["tracereplay"]})
+            self._save()
+            if self.on_run:
+                self.on_run(self.runs[-1])
+            raise
+        entry = {
+            "name": name, "file": file, "role": role, "parameters": parameters,
+            "interrupted": outcome.interrupted,
+            "summary": outcome.summary.to_dict()["tracereplay"],
+        }
+        self.runs.append(entry)
+        self._save()
+        if self.on_run:
+            self.on_run(entry)
+        if outcome.interrupted:
+            raise Stopped
+        return outcome
+
+    @property
+    def fill_span(self) -> int:
+        """Bytes a fill writes from offset 0: the whole target unless --fill says less. The
+        reviews fill the drive, not the span they test: the unwritten rest would otherwise
+        act as spare area and raise every write-bearing point."""
+        return int(self.options.fill_bytes or self.target.size)
+
+    def fill(self, name="fill", passes=1, data="random"):
+        if self.options.fill:
+            self.run_one(name, "precondition",
+                         g.sequential_fill(span=self.fill_span, passes=passes,
+                                           block_size=FILL_BLOCK, seed=self.options.seed),
+                         data=data)
+
+
+def run_bench(test, target, out_dir, options: BenchOptions | None = None, on_run=None,
+              notices=None, preset: dict | None = None) -> dict:
+    """Run standard test `test` on `target` (None with the null engine) into `out_dir`;
+    `preset` ({"name", "seed", "overrides"}) is recorded in results.json."""
+    bench = Bench(test, target, out_dir, options, on_run, notices)
+    bench.preset = preset
+    return bench.run()
