@@ -1,1 +1,8 @@
-"""Metrics, summaries and comparisons of replay results."""
+"""Metrics, summaries and comparisons of replay results, trace characterisation and its
+catalog, and the reports; above traces, beside synth.
+
+The package's modules are the API; importing the package imports none of them.
+"""
+
+__all__ = ["analyse", "catalog", "causal", "characterise", "compare", "fidelity", "histogram",
+           "plots", "report", "results", "scoring", "summary", "timeseries", "verdict"]

@@ -1,3 +1,8 @@
 """tracereplay: replay block I/O traces against drives and files, recording every I/O's timing."""
 
+# The package's modules are the API; importing the package imports none of them (the CLI's
+# --help stays fast). The top floor: the replayer, then the bench runner and the CLI.
+__all__ = ["__version__", "bench", "calibrate", "cli", "cli_reference", "cluster", "commands",
+           "multihost", "remap", "runner", "signals", "targets"]
+
 __version__ = "0.1.0"

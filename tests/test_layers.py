@@ -161,3 +161,29 @@ def test_no_package_imports_another_packages_private_names():
             reaching.append(f"{where(src, line)}: {src} imports {dst}{'.' + name if name else ''}, "
                             f"private to {owner}")
     assert not reaching, "\n".join(reaching)
+
+
+def test_every_package_states_its_api_and_other_packages_import_only_that():
+    """Each package's __init__ names its API in __all__, every name there exists, and what
+    another package imports from it (a module or a name) is in it."""
+    import importlib
+
+    declared, problems = {}, []
+    for package in (m for m in modules() if is_package(m)):
+        names = getattr(importlib.import_module(package), "__all__", None)
+        if names is None:
+            problems.append(f"{modules()[package].relative_to(REPO)} has no __all__")
+            continue
+        declared[package] = set(names)
+        problems += [f"{package}.__all__ names {name}, which is not there" for name in names
+                     if f"{package}.{name}" not in modules()
+                     and not hasattr(importlib.import_module(package), name)]
+    for src, dst, name, line in imports():
+        parts = (f"{dst}.{name}" if name else dst).split(".")
+        for n in range(1, len(parts)):
+            package = ".".join(parts[:n])
+            if package in declared and not (src == package or src.startswith(package + ".")) \
+                    and parts[n] not in declared[package]:
+                problems.append(f"{where(src, line)} imports {'.'.join(parts[:n + 1])}, which is "
+                                f"not in {package}.__all__")
+    assert not problems, "\n".join(problems)

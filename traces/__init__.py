@@ -1,1 +1,8 @@
-"""Traces: the schema, reading and writing Parquet traces, and the bundled trace library."""
+"""Traces, the bottom floor: the schema, the errors every package raises, reading and writing
+Parquet traces, the bundled trace library, targets and their write-safety checks; above those,
+the foreign formats (import and export) and capture.
+
+The packages' modules are the API; importing the package imports none of them.
+"""
+
+__all__ = ["capture", "convert", "errors", "formats", "library", "schema", "targets", "trace"]

@@ -4,6 +4,9 @@ from typing import NoReturn
 
 import typer
 
+__all__ = ["emit", "fail", "bench", "capture", "cluster", "compare", "convert", "library", "recover",
+           "report", "run", "verdict"]
+
 
 def fail(error) -> NoReturn:
     """The one way a command stops on bad input: one line on stderr, exit status 2."""

@@ -27,7 +27,7 @@ from traces.capture.records import build, sleeps
 from traces.capture.tracefs import CaptureError, TracefsSession
 from traces.trace import MAX_ROW_GROUP_ROWS, TraceWriter
 
-__all__ = ["CaptureError", "CaptureResult", "capture", "device_info"]
+__all__ = ["CaptureError", "CaptureResult", "capture", "device_info", "recipes"]
 
 BACKENDS = ("auto", "tracefs", "blktrace")
 # A command that ignores SIGTERM this long after Ctrl-C is killed.

@@ -26,6 +26,9 @@ from traces.formats.inputs import read_head
 NAMES = ("blktrace", "fio", "blkparse", "blkreplay", "fiu", "disksim", "msr", "umass", "alibaba",
          "tencent", "csv")
 
+# The registry, the format modules and what they share.
+__all__ = ["NAMES", "get", "sniff", "inputs", "ordering", "reading", *NAMES]
+
 
 def get(name: str):
     """The module of format `name`; a clear error for an unknown one."""
