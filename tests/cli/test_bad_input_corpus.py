@@ -95,14 +95,3 @@ def test_traces_verify_calls_the_bad_traces_invalid(name):
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert done.stdout.startswith("invalid: ") and len(done.stdout.splitlines()) == 1, done.stdout
     assert "Traceback" not in done.stderr
-
-
-def test_workers_whose_buffers_do_not_fit_in_memory_are_refused():
-    # 10,000 workers were OOM-killed without a word; each holds up to ~17 MB.
-    from traces.errors import ReplayError
-    from replay.runner import _check_memory
-
-    _check_memory(8, 1024, 64 << 10, available=1 << 30)  # 8 x 17 MiB fit in 1 GiB
-    with pytest.raises(ReplayError, match=r"^100 workers need about 1\.7 GiB of buffers \(up to 17\.0 MiB each\) "
-                                          r"but 1\.0 GiB is available; use fewer --workers"):
-        _check_memory(100, 1024, 64 << 10, available=1 << 30)

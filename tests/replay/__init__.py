@@ -1,1 +1,2 @@
-"""Tests of replay/: running traces on targets, the results it keeps, remapping, clusters."""
+"""Tests of replay/: running traces on targets, the results it keeps, remapping, clusters, and
+the bench runner that drives the generators through it."""

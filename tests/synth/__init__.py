@@ -1,1 +1,1 @@
-"""Tests of synth/: the generators and the bench runner that drives them."""
+"""Tests of synth/: the generators."""

@@ -1,0 +1,98 @@
+"""The results journal of a run, and `recover`: a run killed at a known point leaves every
+results chunk it wrote and nothing more, recovery makes them the results file, and what
+recovery refuses (an existing file, a journal that is not a run's results) it leaves as it was.
+"""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replay.runner import recover
+from tests.cli_process import ENV
+from traces import schema
+from traces.errors import ReplayError
+from traces.schema import Op
+from traces.trace import TraceWriter, read_journal, read_trace, write_trace
+
+ROWS, CHUNK, KILLED_AFTER = 5000, 500, 3
+
+# A run on the null engine that dies as a SIGKILL ends it (os._exit: no handler, no close)
+# right after its results file took its KILLED_AFTER-th chunk, handed to the consumers after
+# the write: the journal must hold exactly those chunks.
+KILLED_RUN = textwrap.dedent("""
+    import os
+    import sys
+
+    from replay.runner import RunOptions, replay
+
+    class DieAfter:
+        def __init__(self, chunks):
+            self.left = chunks
+
+        def add(self, chunk):
+            self.left -= 1
+            if self.left == 0:
+                os._exit(9)
+
+    trace, out, chunk_rows, chunks = sys.argv[1:]
+    replay(trace, None, RunOptions(engine="null", afap=True, chunk_rows=int(chunk_rows)),
+           output=out, consumers=[DieAfter(int(chunks))])
+""")
+
+
+def _killed_run(tmp_path: Path, out: Path) -> Path:
+    """Run KILLED_RUN on a trace of ROWS reads; returns the journal it left."""
+    i = np.arange(ROWS, dtype=np.int64)
+    trace = write_trace(tmp_path / "t.parquet", {
+        "ts_ns": i * 1000, "op": np.full(ROWS, Op.READ, np.uint8), "offset": i * 4096,
+        "length": np.full(ROWS, 4096, np.int64)}, {"name": "t"})
+    done = subprocess.run([sys.executable, "-c", KILLED_RUN, str(trace), str(out), str(CHUNK),
+                           str(KILLED_AFTER)], env=ENV, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 9, done.stderr
+    journals = list(out.parent.glob(f"{out.name}.*.partial"))
+    assert len(journals) == 1 and not out.exists(), journals
+    return journals[0]
+
+
+def test_a_killed_run_leaves_exactly_the_chunks_it_wrote_and_recovery_makes_them_its_results(tmp_path):
+    out = tmp_path / "out.parquet"
+    journal = _killed_run(tmp_path, out)
+    _, metadata, batches = read_journal(journal)
+    assert metadata["kind"] == "results" and metadata["name"] == "t"
+    assert sum(b.num_rows for b in batches) == KILLED_AFTER * CHUNK
+
+    path, rows = recover(journal)
+    assert path == out and rows == KILLED_AFTER * CHUNK and not journal.exists()
+    cols, meta = read_trace(out)
+    expected = np.arange(rows, dtype=np.int64)
+    np.testing.assert_array_equal(cols["ts_ns"], expected * 1000)  # the trace's first rows, in order
+    np.testing.assert_array_equal(cols["offset"], expected * 4096)
+    assert (cols["result"] == 4096).all() and (cols["complete_ns"] >= cols["issue_ns"]).all()
+    assert meta["interrupted"] is True and meta["recovered_from"] == journal.name
+    assert meta["rows_done"] == rows and meta["summary"]["jobs"][0]["read"]["total_ios"] == rows
+
+
+def test_recovery_never_replaces_a_file_and_keeps_the_journal(tmp_path):
+    out = tmp_path / "out.parquet"
+    journal = _killed_run(tmp_path, out)
+    out.write_bytes(b"someone else's file")
+    with pytest.raises(ReplayError, match=r"out\.parquet already exists; give -o"):
+        recover(journal)
+    assert out.read_bytes() == b"someone else's file" and journal.exists()
+    path, rows = recover(journal, tmp_path / "elsewhere.parquet")
+    assert path == tmp_path / "elsewhere.parquet" and rows == KILLED_AFTER * CHUNK
+
+
+def test_a_journal_that_is_not_a_runs_results_is_refused_and_kept(tmp_path):
+    columns = [("ts_ns", schema.pa.int64()), ("op", schema.pa.uint8()),
+               ("offset", schema.pa.int64()), ("length", schema.pa.int64())]
+    writer = TraceWriter(tmp_path / "t.parquet", columns, {"name": "t"}, journal_s=2.0)
+    writer.write({"ts_ns": np.arange(3), "op": np.zeros(3, np.uint8), "offset": np.zeros(3),
+                  "length": np.full(3, 4096)})
+    journal = writer.keep()
+    with pytest.raises(ReplayError, match="is not the journal of a replay run's results"):
+        recover(journal)
+    assert journal.exists() and not (tmp_path / "t.parquet").exists()
