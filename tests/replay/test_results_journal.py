@@ -38,7 +38,7 @@ KILLED_RUN = textwrap.dedent("""
                 os._exit(9)
 
     trace, out, chunk_rows, chunks = sys.argv[1:]
-    replay(trace, None, RunOptions(engine="null", afap=True, chunk_rows=int(chunk_rows)),
+    replay(trace, None, RunOptions(engine="null", chunk_rows=int(chunk_rows)),
            output=out, consumers=[DieAfter(int(chunks))])
 """)
 

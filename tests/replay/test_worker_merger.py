@@ -19,7 +19,8 @@ class Chunks(list):
 
 @pytest.mark.parametrize("workers,chunk_rows", [(1, 1000), (3, 97), (8, 5)])
 def test_rows_dealt_to_workers_come_back_in_trace_order_chunk_by_chunk(tmp_path, workers, chunk_rows):
-    # Offsets shuffled and lengths varied, so that a row out of place shows.
+    # Offsets shuffled and lengths varied, so that a row out of place shows; 1 ms of trace, so
+    # no chunk is cut into pieces by time.
     rng = np.random.default_rng(workers)
     cols = {"ts_ns": np.arange(ROWS, dtype=np.int64) * 1000,
             "op": np.where(np.arange(ROWS) % 3 == 0, Op.WRITE, Op.READ).astype(np.uint8),
@@ -27,8 +28,7 @@ def test_rows_dealt_to_workers_come_back_in_trace_order_chunk_by_chunk(tmp_path,
             "length": (1 + np.arange(ROWS) % 4).astype(np.int64) * 4096}
     trace = write_trace(tmp_path / "t.parquet", cols, {"name": "t"})
     chunks = Chunks()
-    outcome = replay(trace, None, RunOptions(engine="null", afap=True, workers=workers,
-                                             chunk_rows=chunk_rows),
+    outcome = replay(trace, None, RunOptions(engine="null", workers=workers, chunk_rows=chunk_rows),
                      output=tmp_path / "out.parquet", consumers=[chunks])
     got, meta = read_trace(outcome.output)
     for name, want in cols.items():
