@@ -1,6 +1,6 @@
-"""A run keeps its rows whatever ends it: SIGTERM and SIGHUP as Ctrl-C, SIGKILL through the
-journal and `replay recover`, a full results filesystem (real tmpfs mounts) with one line;
-Ctrl-C over several chunks and workers.
+"""A run keeps its rows whatever ends it: SIGTERM and SIGHUP as Ctrl-C, a full results
+filesystem (real tmpfs mounts) with one line; Ctrl-C over several chunks and workers. SIGKILL,
+through the journal and `replay recover`: test_results_journal.py.
 """
 import contextlib
 import glob
@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from tests.cli_process import one_line, replay_cli, replay_process, wait_for
-from replay.runner import RESULT_FLUSH_S
 from traces.schema import Op
 from traces.trace import open_trace, read_trace, write_trace
 
@@ -132,73 +131,6 @@ def test_sigterm_ends_a_bench_as_ctrl_c_does(tmp_path):
     assert [(r["name"], r["interrupted"]) for r in results["runs"]] == [("fill", False), ("steady", True)]
     assert open_trace(out / "steady.parquet").metadata["rows_done"] > 0
     assert not glob.glob(f"{out}/*.partial")
-
-
-# ---- SIGKILL: the journal keeps all but the last seconds ---------------------------------
-
-
-def test_a_killed_run_leaves_a_journal_that_recovers_the_rows_done(tmp_path):
-    n, gap = 40_000, 1_000_000  # 1,000 IOPS for 40 s
-    trace = make_trace(tmp_path / "t.parquet", n, gap)
-    out = tmp_path / "out.parquet"
-    with replay_process("run", trace, "--engine", "null", "-o", out, cwd=tmp_path) as proc:
-        wait_for(proc, lambda: journal(out), "the run's start")
-        started = time.monotonic()
-        # While the run writes it, the journal is not recovered from under it.
-        live = replay_cli("recover", journal(out)[0], cwd=tmp_path)
-        assert live.returncode == 2 and "still being written" in one_line(live.stderr, "error:")
-        assert journal(out) and not out.exists()
-        time.sleep(max(0.0, 6 - (time.monotonic() - started)))
-        proc.kill()
-        proc.wait()
-        ran = time.monotonic() - started
-    [partial] = journal(out)
-    assert not out.exists()
-    # The next run into the same file points at it.
-    small = make_trace(tmp_path / "small.parquet", 10, 1000)
-    again = replay_cli("run", small, "--engine", "null", "-o", out, cwd=tmp_path)
-    assert again.returncode == 0 and f"replay recover {partial}" in one_line(again.stderr, "note:")
-    out.unlink()
-    done = replay_cli("recover", partial, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert str(out) in done.stdout and not os.path.exists(partial)
-    meta = open_trace(out).metadata
-    cols, _ = read_trace(out)
-    rows = len(cols["op"])
-    assert meta["interrupted"] is True and meta["rows_done"] == rows
-    assert meta["summary"]["jobs"][0]["read"]["total_ios"] == rows
-    np.testing.assert_array_equal(cols["ts_ns"], np.arange(rows) * gap)
-    assert np.all(cols["complete_ns"] >= cols["issue_ns"]) and np.all(cols["issue_ns"] >= 0)
-    # Lost: at most the piece in flight and the one being written, each ~RESULT_FLUSH_S, and
-    # the start-up the clock above includes.
-    lost_s = ran - rows * gap / 1e9
-    assert lost_s < 2 * RESULT_FLUSH_S + 1.5, (ran, rows)
-    # A second recovery has nothing to work from, and says so in one line.
-    again = replay_cli("recover", partial, cwd=tmp_path)
-    assert again.returncode == 2 and "error:" in again.stderr and "Traceback" not in again.stderr
-
-
-def test_a_journal_cut_mid_batch_recovers_up_to_its_last_whole_batch(tmp_path):
-    from replay.runner import recover
-    from traces import schema
-    from traces.trace import TraceWriter
-
-    columns = [("ts_ns", schema.pa.int64()), ("op", schema.pa.uint8()), ("offset", schema.pa.int64()),
-               ("length", schema.pa.int64()), *schema.RESULT_ARROW_FIELDS]
-    writer = TraceWriter(tmp_path / "r.parquet", columns, {"kind": "results", "name": "r"},
-                         group_rows=1 << 19, journal_s=2.0)
-    for k in range(3):
-        ts = np.arange(1000, dtype=np.int64) + 1000 * k
-        writer.write({"ts_ns": ts, "op": np.zeros(1000, np.uint8), "offset": ts * 4096,
-                      "length": np.full(1000, 4096), "intended_ns": ts, "issue_ns": ts + 1,
-                      "complete_ns": ts + 2, "result": np.full(1000, 4096)})
-    partial = writer.keep()
-    size = partial.stat().st_size
-    os.truncate(partial, size - 100)  # the third batch, cut as a SIGKILL cuts it
-    path, rows = recover(partial, tmp_path / "rec.parquet")
-    cols, meta = read_trace(path)
-    assert rows == 2000 and meta["rows_done"] == 2000 and meta["interrupted"] is True
-    np.testing.assert_array_equal(cols["ts_ns"], np.arange(2000))
 
 
 # ---- Ctrl-C over several chunks and workers ----------------------------------------------
