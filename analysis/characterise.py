@@ -13,6 +13,7 @@ from numba.typed import Dict
 
 from analysis.histogram import N_BINS, LatencyHistogram, bin_index, bin_lower, bin_width
 from traces.schema import Op
+from traces.units import human_bytes
 
 BLOCK_SHIFT = 12  # working set in 4 KiB blocks
 # Largest bitmap kept: 2**29 bits = 64 MiB covers a 2 TiB span; beyond it HyperLogLog.
@@ -494,16 +495,6 @@ def characterise(trace, windows: int = QD_WINDOWS, rows: int | None = None,
     return c
 
 
-def human_bytes(n) -> str:
-    if n is None:
-        return "-"
-    for unit, name in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if n >= unit:
-            value = n / unit
-            return f"{value:.0f} {name}" if value == int(value) else f"{value:.1f} {name}"
-    return f"{n} B"
-
-
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
@@ -528,7 +519,7 @@ def format_text(c: Characterisation) -> str:
         f"{c.discards:,} discards, {c.flushes:,} flushes)",
         f"duration        {_ns(c.duration_ns)}",
         f"read share      {_pct(c.read_share_count)} by count, {_pct(c.read_share_bytes)} by bytes",
-        "dominant sizes  " + (", ".join(f"{human_bytes(s)} ({100 * f:.0f}%)" for s, _, f in c.dominant_sizes) or "-"),
+        "dominant sizes  " + (", ".join(f"{human_bytes(s, short=True)} ({100 * f:.0f}%)" for s, _, f in c.dominant_sizes) or "-"),
         f"sequential      {_pct(c.sequential_share)} (reads {_pct(c.sequential_read_share)}, "
         f"writes {_pct(c.sequential_write_share)})",
         "inter-arrival   " + (", ".join(f"{k} {_ns(v)}" for k, v in c.interarrival_ns.items()) or "-"),
@@ -542,20 +533,20 @@ def format_text(c: Characterisation) -> str:
         lines.append(f"queue depth     mean {c.mean_queue_depth:.2f}, windows of {_ns(c.queue_depth_window_ns)}: "
                      f"min {min(qd):.2f}, max {max(qd):.2f}")
     lines += [
-        f"span            {human_bytes(c.min_offset)} to {human_bytes(c.span_bytes)}",
-        f"working set     {human_bytes(c.working_set_bytes)}" + ("" if c.working_set_exact else " (estimate)"),
+        f"span            {human_bytes(c.min_offset, short=True)} to {human_bytes(c.span_bytes, short=True)}",
+        f"working set     {human_bytes(c.working_set_bytes, short=True)}" + ("" if c.working_set_exact else " (estimate)"),
     ]
     if c.footprint_bytes:
         fp, ws, n = c.footprint_bytes, c.window_working_set_bytes, len(c.footprint_bytes)
-        quarters = ", ".join(human_bytes(fp[max(0, -(-n * k // 4) - 1)]) for k in (1, 2, 3, 4))
+        quarters = ", ".join(human_bytes(fp[max(0, -(-n * k // 4) - 1)], short=True) for k in (1, 2, 3, 4))
         lines += [
             f"footprint       at 25/50/75/100% of the duration: {quarters}",
-            f"window WS       per {_ns(c.queue_depth_window_ns)} window: mean {human_bytes(int(np.mean(ws)))}, "
-            f"max {human_bytes(max(ws))}" + ("" if c.window_working_set_exact else " (estimates)"),
+            f"window WS       per {_ns(c.queue_depth_window_ns)} window: mean {human_bytes(int(np.mean(ws)), short=True)}, "
+            f"max {human_bytes(max(ws), short=True)}" + ("" if c.window_working_set_exact else " (estimates)"),
         ]
     rate = "" if c.reuse_sample_rate == 1 else f", sampled at 1/{1 / c.reuse_sample_rate:g}"
     lines += [
-        "reuse distance  " + (", ".join(f"{k} {human_bytes(v)}" for k, v in c.reuse_distance_bytes.items()) or "-")
+        "reuse distance  " + (", ".join(f"{k} {human_bytes(v, short=True)}" for k, v in c.reuse_distance_bytes.items()) or "-")
         + f"; cold {_pct(c.reuse_cold_share)} of block accesses{rate}",
         "size histogram  " + ("  ".join(f"{k}: {v['read']}r/{v['write']}w" for k, v in c.size_histogram.items()) or "-"),
     ]

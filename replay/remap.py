@@ -9,22 +9,9 @@ import numpy as np
 
 from traces.errors import TargetError
 from traces.schema import Op
+from traces.units import human_bytes
 
 MODES = ("fail", "wrap", "scale")
-
-_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-
-
-def human_bytes(n: int) -> str:
-    """`n` bytes in binary units with one decimal: 536870912 -> "512.0 MiB", 100 -> "100 bytes"."""
-    if abs(n) < 1024:
-        return f"{n} bytes"
-    value = float(n)
-    for unit in _UNITS:
-        value /= 1024
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            return f"{value:.1f} {unit}"
-    raise AssertionError("unreachable")
 
 
 def _both(n: int) -> str:

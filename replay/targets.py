@@ -7,9 +7,9 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from replay.remap import human_bytes
 from traces.errors import TargetError
 from traces.targets import Target, inspect_target, loops_backed_by
+from traces.units import human_bytes
 
 MIB = 1 << 20
 

@@ -5,4 +5,4 @@ the foreign formats (import and export) and capture.
 The packages' modules are the API; importing the package imports none of them.
 """
 
-__all__ = ["capture", "convert", "errors", "formats", "library", "schema", "targets", "trace"]
+__all__ = ["capture", "convert", "errors", "formats", "library", "schema", "targets", "trace", "units"]

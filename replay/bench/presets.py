@@ -8,7 +8,8 @@ from replay.bench.options import (ACT_PERIOD_S, GIB, MIX_POINT_S, MIX_SPAN, QD_S
                                   READ_SHARES, ROUND_S, SIX_SHARES, STEADY_70_30_PRECONDITION_S,
                                   STEADY_70_30_S, STEADY_70_30_WINDOW_S, STEADY_S, BenchError,
                                   BenchOptions, percent, split_label)
-from replay.remap import human_bytes
+from traces.units import human_bytes
+
 
 @dataclass(frozen=True)
 class Preset:

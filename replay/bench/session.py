@@ -13,11 +13,11 @@ from analysis import scoring
 from replay.bench import procedures
 from replay.bench.options import (DATA_PATTERN, FILL_BLOCK, FORMAT, KIB, MIB, MIX_SPAN, TESTS,
                                   VERSION, BenchError, BenchOptions)
-from replay.remap import human_bytes
 from replay.runner import GeneratorSource, RunOptions, null_target, replay
 from synth import generators as g
 from traces.targets import check_safe_to_write, inspect_target
 from traces.trace import open_trace
+from traces.units import human_bytes
 
 
 class Stopped(Exception):

@@ -79,7 +79,7 @@ def ls(
     is listed as invalid, with the reason, and the exit code is then 1.
     Example: replay traces ls ~/traces
     """
-    from analysis.characterise import human_bytes
+    from traces.units import human_bytes
     from traces import library
     from analysis.catalog import trace_files
 
@@ -99,9 +99,9 @@ def ls(
         c = row["characterisation"]
         share = ("-" if c["read_share_count"] is None
                  else f"{100 * c['read_share_count']:.0f}/{100 * c['read_share_bytes']:.0f}")
-        sizes = ",".join(human_bytes(s).replace(" ", "") for s, _, _ in c["dominant_sizes"]) or "-"
+        sizes = ",".join(human_bytes(s, short=True).replace(" ", "") for s, _, _ in c["dominant_sizes"]) or "-"
         typer.echo(f"{label:<20} {c['ios']:>10,} {c['duration_ns'] / 1e9:>9.1f}s {share:>10}  {sizes:<22} "
-                   f"{human_bytes(c['span_bytes']).replace(' ', ''):>9}  {_source(row['metadata'])}")
+                   f"{human_bytes(c['span_bytes'], short=True).replace(' ', ''):>9}  {_source(row['metadata'])}")
     if failed:
         typer.echo(f"{failed} of {len(paths)} files are not valid traces", err=True)
         raise typer.Exit(1)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from replay.remap import Mapping, apply, human_bytes, plan_mapping
+from replay.remap import Mapping, apply, plan_mapping
 from traces.errors import TargetError
 from traces.schema import Op
 
@@ -169,19 +169,3 @@ def test_a_straddling_io_as_long_as_the_target_is_trimmed_to_it():
     )
     assert new_offset.tolist() == [0] and new_length.tolist() == [8192]
     assert n_aligned == 1
-
-
-@pytest.mark.parametrize(
-    "n, text",
-    [
-        (0, "0 bytes"),
-        (1023, "1023 bytes"),
-        (1024, "1.0 KiB"),
-        (512 * MIB, "512.0 MiB"),
-        (GIB, "1.0 GiB"),
-        (3 * (1 << 40) // 2, "1.5 TiB"),
-        (1 << 70, "1024.0 EiB"),
-    ],
-)
-def test_human_bytes(n, text):
-    assert human_bytes(n) == text
