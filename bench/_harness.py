@@ -76,7 +76,7 @@ def _worker(argv):
 
     from replay.runner import RunOptions, replay  # imports (numba, pyarrow) stay out of the window
 
-    opts = RunOptions(afap=a.afap, qd=a.qd, speed=a.speed, engine=a.engine,
+    opts = RunOptions(timing="afap" if a.afap else "original", qd=a.qd, speed=a.speed, engine=a.engine,
                       max_inflight=a.max_inflight, destroy_data=True)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     sampler = _Sampler()

@@ -2,7 +2,7 @@
 QD1 and QD32 on a direct-I/O loop device and on /dev/zram0, the same I/O count for both tools.
 
 Ours: a pre-generated trace of random 4 KiB-aligned offsets over the span, replayed with
-replay(..., RunOptions(afap=True, qd=N, destroy_data=True)) in a fresh process, with the
+replay(..., RunOptions(timing="afap", qd=N, destroy_data=True)) in a fresh process, with the
 default engine as a user gets it: io_uring on the loop device; on zram, whose driver runs each
 I/O on the submitting CPU, the psync engine the runner picks instead (the "engine" column
 says which ran). fio: --direct=1 --bs=4k --rw=randread|randrw --rwmixread=70 --norandommap,

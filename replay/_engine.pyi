@@ -4,12 +4,15 @@ A `Replayer` owns one engine thread that replays one target. Build every worker'
 optionally give them one start instant (`start_at`), `push` trace chunks, `take` result
 chunks as they finish, then `close` and `join`. `stop` ends a run early.
 """
-from typing import Literal, TypedDict, final
+from typing import TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
 
-EngineName = Literal["io_uring", "psync", "null"]
+# The engines and timing modes by name: the one list of each, which the runner and the CLI
+# take their choices from.
+ENGINES: tuple[str, ...]  # ("io_uring", "psync", "null")
+TIMINGS: tuple[str, ...]  # ("original", "afap", "causal")
 
 class Summary(TypedDict):
     """What `Replayer.join` returns."""
@@ -44,8 +47,8 @@ class Replayer:
         self,
         target: str | None = None,
         *,
-        engine: EngineName = "io_uring",
-        afap: bool = False,
+        engine: str = "io_uring",
+        timing: str = "original",
         speed: float = 1.0,
         depth: int = 256,
         writable: bool = False,
@@ -56,15 +59,16 @@ class Replayer:
         data: str = "random",
         queue_chunks: int = 4,
         start_ns: int | None = None,
-        causal: bool = False,
         think_scale: float = 1.0,
         service_ns: int = 0,
     ) -> None:
         """Open `target` (None for the null engine) and start the engine thread.
 
         engine: "io_uring", "psync" (threads doing pread/pwrite) or "null" (no device).
-        afap: as fast as possible with `depth` in flight; else each row is due at
-        start + ts_ns / speed. depth: 1 to 32768 I/Os in flight. writable: open for writing;
+        timing: "original", each row due at start + ts_ns / speed; "afap", as fast as
+        possible with `depth` in flight; "causal", each row due when its parents (given to
+        `push`) have completed, plus its think time times think_scale (a row without parents
+        at start + ts_ns / speed). depth: 1 to 32768 I/Os in flight. writable: open for writing;
         a block device (is_block) is then opened O_EXCL, so a mounted or claimed one is
         refused with EBUSY; read-only it takes no claim and runs on a mounted disk.
         direct: O_DIRECT. sync_driver: a block device whose driver runs each I/O on the
@@ -73,9 +77,7 @@ class Replayer:
         read or write transfers); it sizes the buffers, and discards and flushes need none.
         data: what writes carry: "random", "zeros" or "compressible:PCT". queue_chunks: the
         chunks pushed but not yet started that `push` lets wait. start_ns: the run's start on
-        the monotonic clock (see `start_at`). causal: causal timing: each row is due when its
-        parents (given to `push`) have completed, plus its think time times think_scale; a
-        row without parents at start + ts_ns / speed. service_ns: with the null engine, each
+        the monotonic clock (see `start_at`). service_ns: with the null engine, each
         I/O completes exactly this long after its submission (0: at once).
 
         Raises ValueError for a bad argument, OSError (errno set) when the target cannot be

@@ -16,6 +16,7 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,8 @@ import pyarrow as pa
 
 from analysis.summary import RunSummary
 from analysis.summary import warm_up as summary_warm_up
-from replay import __version__, remap
+from replay import __version__, _engine, remap
+from replay.options import ENGINES, Engine, RunOptions, Timing, check_options  # noqa: F401 (the runner's API)
 from replay.signals import StopSignals, signum_of
 from replay.targets import check_output, check_output_path, scratch_target
 from traces import library, schema
@@ -33,95 +35,23 @@ from traces.schema import Op
 from traces.trace import (JournalKept, TraceWriter, convert_journal, journal_in_use, open_trace,
                           read_journal)
 
-ENGINES = ("io_uring", "psync", "null")
-
 # errnos with which a sandbox refuses io_uring (Docker's default seccomp profile: EPERM).
 _URING_REFUSED = (errno.EPERM, errno.ENOSYS, errno.EACCES)
 
-
-@dataclass
-class RunOptions:
-    """How to replay; the CLI's flags map one to one onto these fields."""
-
-    speed: float = 1.0
-    afap: bool = False
-    # Causal timing (analysis.causal): each I/O when the I/Os it waited for in the capture have
-    # completed on the target, plus its think time times `think_scale`; `heuristic` infers them.
-    causal: bool = False
-    think_scale: float = 1.0
-    heuristic: str = "hybrid"
-    # Causal timing on a block device, as root: take the replayer's own time per I/O, measured
-    # there first (replay.calibrate), off each think time.
-    calibrate: bool = True
-    qd: int = 32
-    max_inflight: int = 1024
-    workers: int = 1
-    engine: str | None = None  # io_uring, or psync on a driver that runs I/O on the submitting CPU
-    remap: str = "fail"
-    read_only: bool = False
-    dry_run: bool = False
-    data: str = "random"
-    destroy_data: bool = False
-    chunk_rows: int = 1 << 16
-    # Stop cleanly this many seconds after the start (not an interruption): how a closed-loop
-    # generator with no end ("4 KiB random writes for an hour") is run. None: run to the end.
-    time_limit_s: float | None = None
-    # The run's start on this host's monotonic clock (time.monotonic_ns()), for runs that
-    # must start together with others (replay.multihost); None: just after the first chunk.
-    start_ns: int | None = None
-
-
-# Bounds of the options, checked once at the front (`check_options`), each with its reason.
-# The engine's own limit on I/Os in flight, and io_uring's largest ring.
-MAX_DEPTH = 32768
-# Each worker holds an 8 MiB pool of write data and up to 8 MiB of read buffers, its own
-# engine thread and ring: up to ~17 MB (400 workers peaked at 6.8 GB, and 10,000 were
-# OOM-killed without a word). Past a few per CPU they only take turns on the CPUs.
-MAX_WORKERS = 256
-WORKER_BYTES = 17 << 20
+# How often `progress` is called while a run goes.
+PROGRESS_S = 0.25
 # A trace whose first I/O is due later than this after the start is almost certainly
 # stamped with absolute times (seconds since 1970, or since boot).
 MAX_FIRST_DUE_S = 86400
 # Causal timing: the most think time a --think-scale may stretch a trace to (a year), far
 # inside the engine's signed nanosecond clock, which 1e308 wrapped to a negative due time.
 MAX_THINK_S = 365 * 86400
-# How often `progress` is called while a run goes.
-PROGRESS_S = 0.25
-
-
-def check_options(options: RunOptions) -> None:
-    """Raise ReplayError, with one sentence, for the first option out of its range."""
-    o = options
-    if o.engine not in (None, *ENGINES):
-        raise ReplayError(f"unknown engine {o.engine!r}: use one of {', '.join(ENGINES)}")
-    if not (isinstance(o.speed, (int, float)) and math.isfinite(o.speed) and o.speed > 0):
-        raise ReplayError(f"--speed must be a finite number above 0 (2 replays twice as fast), not {o.speed}")
-    for flag, value, top, why in (
-        ("--qd", o.qd, MAX_DEPTH, "the engine's limit on I/Os in flight"),
-        ("--max-inflight", o.max_inflight, MAX_DEPTH, "the engine's limit on I/Os in flight"),
-        ("--workers", o.workers, MAX_WORKERS, "each worker holds up to 17 MB of buffers and "
-                                              "its own thread"),
-    ):
-        if not (isinstance(value, int) and 1 <= value <= top):
-            raise ReplayError(f"{flag} must be between 1 and {top} ({why}), not {value}")
-    kind, _, pct = o.data.partition(":")
-    if not (o.data in ("random", "zeros") or (kind == "compressible" and pct.isdigit() and int(pct) <= 100)):
-        raise ReplayError(f"--data must be random, zeros or compressible:PCT with PCT a whole "
-                          f"number from 0 to 100, not {o.data!r}")
-    if o.remap not in remap.MODES:
-        raise ReplayError(f"--remap must be one of {', '.join(remap.MODES)}, not {o.remap!r}")
-    if o.time_limit_s is not None and not (math.isfinite(o.time_limit_s) and o.time_limit_s > 0):
-        raise ReplayError(f"the time limit must be a positive number of seconds, not {o.time_limit_s}")
-    if not (isinstance(o.chunk_rows, int) and o.chunk_rows >= 1):
-        raise ReplayError(f"chunk_rows must be a positive number of rows, not {o.chunk_rows}")
 
 
 def check_causal(source, options: RunOptions) -> None:
     """Raise ReplayError when causal timing cannot replay `source` as asked."""
     from analysis import causal
 
-    if options.afap:
-        raise ReplayError("causal timing and --afap exclude each other: choose one timing")
     if options.workers > 1:
         raise ReplayError("causal timing runs on one worker (an I/O waits for I/Os another worker "
                           "would issue): drop --workers")
@@ -153,7 +83,7 @@ def check_trace(source, options: RunOptions) -> None:
         raise ReplayError(f"{source.describe(0)['path']} holds no I/Os (0 rows): there is nothing "
                           "to replay; check how the trace was made")
     first = getattr(scan, "first_ts", None)
-    if not options.afap and first is not None and first / options.speed > MAX_FIRST_DUE_S * 1e9:
+    if options.timing != Timing.afap and first is not None and first / options.speed > MAX_FIRST_DUE_S * 1e9:
         raise ReplayError(
             f"the trace's first I/O is due {first / options.speed / 1e9:,.0f} s after the start "
             f"(ts_ns {first}), more than a day: its times look absolute; rebase them to start "
@@ -469,9 +399,7 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
     where the target refuses O_DIRECT (each said in a notice). None issues anything before
     `_start_together` gives them their common start.
     """
-    from replay import _engine
-
-    depth = options.qd if options.afap else options.max_inflight
+    depth = options.qd if options.timing == Timing.afap else options.max_inflight
     _check_memory(options.workers, depth, max_length)
     engine, direct = options.engine or "io_uring", True
     if options.engine is None and target.sync_driver:
@@ -486,7 +414,7 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
         try:
             reps.append(_engine.Replayer(
                 None if engine == "null" else target.path,
-                engine=engine, afap=options.afap, speed=options.speed, depth=depth,
+                engine=engine, timing=Timing(options.timing).value, speed=options.speed, depth=depth,
                 # Only the first worker opens a block device O_EXCL (the kernel refuses a
                 # second exclusive open with EBUSY); its claim keeps the device from being
                 # mounted for the whole run. The others discard with fallocate(PUNCH_HOLE),
@@ -494,7 +422,7 @@ def _start_engines(target: Target, options: RunOptions, writable: bool, max_leng
                 writable=writable, direct=direct, is_block=target.kind == "block" and not reps,
                 sync_driver=target.sync_driver,
                 max_length=max_length, data=options.data,
-                **({"causal": True, "think_scale": options.think_scale} if options.causal else {}),
+                think_scale=options.think_scale,
             ))
         except OSError as e:
             if reps:
@@ -608,7 +536,7 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
     notices = [] if notices is None else notices
     source = _source(trace)
     check_trace(source, options)
-    if options.causal:
+    if options.timing == Timing.causal:
         check_causal(source, options)
     if output is not None and isinstance(source, TraceSource) and Path(output).exists() \
             and Path(output).samefile(source.path):
@@ -638,7 +566,8 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
         if options.dry_run:
             return RunOutcome(None, RunSummary(), False, tgt, 0, notices)
         output = Path(output) if output else default_output(source.stem, tgt)
-        host_ns = _host_costs(tgt, options, writes, notices) if options.causal and options.calibrate else None
+        causal = options.timing == Timing.causal
+        host_ns = _host_costs(tgt, options, writes, notices) if causal and options.calibrate else None
         return _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
                     consumers, metadata or {}, host_ns)
     finally:
@@ -680,9 +609,10 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
         "trace": source.describe(0),
         "target": asdict(tgt),
         "run": {
-            "engine": engine, "mode": "afap" if options.afap else "causal" if options.causal else "original",
+            "engine": engine, "mode": Timing(options.timing).value,
             **({"think_scale": options.think_scale, "heuristic": options.heuristic,
-                "host_cost_ns": None if host_ns is None else host_ns.tolist()} if options.causal else {}),
+                "host_cost_ns": None if host_ns is None else host_ns.tolist()}
+               if options.timing == Timing.causal else {}),
             "speed": options.speed, "qd": options.qd, "max_inflight": options.max_inflight,
             "workers": options.workers, "remap": mapping.mode, "read_only": options.read_only,
             "data": options.data, "direct": direct, "time_limit_s": options.time_limit_s,
@@ -718,7 +648,7 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     ticker = _Ticker(progress, merger, scan.rows)
     gc.disable()  # the run allocates few objects; collector passes only steal the engine's CPU
     annotator = None
-    if options.causal:
+    if options.timing == Timing.causal:
         from analysis.causal import Annotator, sleeps_of
 
         annotator = Annotator(options.heuristic, host_ns=host_ns, sleeps=sleeps_of(source.metadata))
@@ -875,7 +805,7 @@ def _pieces(chunks, options: RunOptions, merger):
     span_ns = RESULT_FLUSH_S * options.speed * 1e9
     for chunk in chunks:
         n = len(chunk["op"])
-        if not options.afap:
+        if options.timing != Timing.afap:
             ts = chunk["ts_ns"]
             if n == 0 or ts[-1] - ts[0] <= span_ns:
                 yield chunk

@@ -15,7 +15,7 @@ use std::time::Duration;
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::backend::Engine;
 use crate::clock::{spawn_without_signals, Monotonic};
@@ -46,6 +46,27 @@ fn setup_error(context: &str, e: io::Error) -> PyErr {
 }
 
 type RunOutcome = io::Result<Summary>;
+
+/// The engines a Replayer runs, by name: Python's list of choices (the CLI's --engine, the
+/// runner's checks) is this one, exported as `replay._engine.ENGINES`.
+pub const ENGINES: [&str; 3] = ["io_uring", "psync", "null"];
+
+/// The timing modes (`run::Mode`) by name, exported as `replay._engine.TIMINGS`: the one list
+/// the CLI's --timing and the runner's options derive from.
+pub const TIMINGS: [&str; 3] = ["original", "afap", "causal"];
+
+/// The mode a timing name stands for: the one place a name becomes a `Mode`.
+fn mode_of(timing: &str, speed: f64, think_scale: f64) -> PyResult<Mode> {
+    match timing {
+        "original" => Ok(Mode::Original { speed }),
+        "afap" => Ok(Mode::Afap),
+        "causal" if !(think_scale.is_finite() && think_scale >= 0.0) => {
+            Err(PyValueError::new_err(format!("think_scale must be a number >= 0, not {think_scale}")))
+        }
+        "causal" => Ok(Mode::Causal { speed, think_scale }),
+        other => Err(PyValueError::new_err(format!("unknown timing '{other}': use {}", TIMINGS.join(", ")))),
+    }
+}
 
 /// One replay run on one target. Build it, `push` chunks, `take` results, then `close` and
 /// `join`; `stop` asks it to finish early (in-flight I/Os are reaped, nothing more issued).
@@ -95,24 +116,24 @@ impl Progress {
 
 #[pymethods]
 impl Replayer {
-    /// engine: "io_uring", "psync" or "null"; depth: the most I/Os in flight (--qd in afap,
-    /// --max-inflight in original mode); sync_driver: a block device whose driver runs each
+    /// engine: one of ENGINES; timing: one of TIMINGS; depth: the most I/Os in flight (--qd
+    /// in afap, --max-inflight otherwise); sync_driver: a block device whose driver runs each
     /// I/O on the submitting CPU (zram, brd), see `PsyncEngine::new`; max_length: the longest
     /// read or write to be pushed, in bytes (the buffers' size; discards and flushes carry
     /// no data); start_ns: the run's start on the monotonic clock, for runs that must share
-    /// one (see also `start_at`). causal: causal timing (every `push` then gives each row's
-    /// parents and think time), with think times multiplied by think_scale; service_ns: the
-    /// null engine completes each I/O this long after submitting it (0: at once).
+    /// one (see also `start_at`). With causal timing every `push` gives each row's parents
+    /// and think time, and think times are multiplied by think_scale; service_ns: the null
+    /// engine completes each I/O this long after submitting it (0: at once).
     #[new]
-    #[pyo3(signature = (target=None, *, engine="io_uring", afap=false, speed=1.0, depth=256,
+    #[pyo3(signature = (target=None, *, engine="io_uring", timing="original", speed=1.0, depth=256,
                         writable=false, direct=true, is_block=false, sync_driver=false, max_length=1<<20,
-                        data="random", queue_chunks=4, start_ns=None, causal=false, think_scale=1.0,
+                        data="random", queue_chunks=4, start_ns=None, think_scale=1.0,
                         service_ns=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         target: Option<&str>,
         engine: &str,
-        afap: bool,
+        timing: &str,
         speed: f64,
         depth: usize,
         writable: bool,
@@ -123,16 +144,9 @@ impl Replayer {
         data: &str,
         queue_chunks: usize,
         start_ns: Option<i64>,
-        causal: bool,
         think_scale: f64,
         service_ns: i64,
     ) -> PyResult<Self> {
-        if !(think_scale.is_finite() && think_scale >= 0.0) {
-            return Err(PyValueError::new_err(format!("think_scale must be a number >= 0, not {think_scale}")));
-        }
-        if afap && causal {
-            return Err(PyValueError::new_err("afap and causal timing exclude each other"));
-        }
         if service_ns < 0 || (service_ns > 0 && engine != "null") {
             return Err(PyValueError::new_err("service_ns is the null engine's, and >= 0"));
         }
@@ -148,11 +162,8 @@ impl Replayer {
             )));
         }
         let pattern = DataPattern::parse(data).map_err(PyValueError::new_err)?;
-        let mode = match (afap, causal) {
-            (true, _) => Mode::Afap,
-            (_, true) => Mode::Causal { speed, think_scale },
-            _ => Mode::Original { speed },
-        };
+        let mode = mode_of(timing, speed, think_scale)?;
+        let causal = matches!(mode, Mode::Causal { .. });
         let bufs = Buffers::new(max_length, depth, pattern);
         let file = match (engine, target) {
             ("null", _) => None,
@@ -172,7 +183,7 @@ impl Replayer {
                 Some(Box::new(eng.map_err(|e| setup_error("cannot start the psync threads", e))?))
             }
             "io_uring" => Some(Box::new(UringEngine::new(fd, depth, &bufs, is_block).map_err(|e| setup_error("cannot set up io_uring", e))?)),
-            other => return Err(PyValueError::new_err(format!("unknown engine '{other}': use io_uring, psync or null"))),
+            other => return Err(PyValueError::new_err(format!("unknown engine '{other}': use {}", ENGINES.join(", ")))),
         };
         let (in_tx, in_rx) = sync_channel(queue_chunks.max(1));
         let (out_tx, out_rx) = channel();
@@ -364,5 +375,7 @@ impl Drop for Replayer {
 fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Replayer>()?;
     m.add_class::<Progress>()?;
+    m.add("ENGINES", PyTuple::new(m.py(), ENGINES)?)?;
+    m.add("TIMINGS", PyTuple::new(m.py(), TIMINGS)?)?;
     Ok(())
 }

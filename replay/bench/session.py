@@ -125,7 +125,7 @@ class Bench:
         # An open-loop run hands its results over in smaller chunks, so that a consumer
         # watching it (ACT's early stop) hears of a backlog within seconds.
         chunk_rows = o.chunk_rows if afap else min(o.chunk_rows, 4096)
-        options = RunOptions(afap=afap, qd=qd, workers=workers, engine=o.engine,
+        options = RunOptions(timing="afap" if afap else "original", qd=qd, workers=workers, engine=o.engine,
                              destroy_data=True,  # checked once, before the first run
                              time_limit_s=time_limit_s, chunk_rows=chunk_rows, data=data)
         file = f"{name}.parquet"

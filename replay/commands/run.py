@@ -11,19 +11,9 @@ import typer
 
 from replay import signals
 from replay.commands import fail
+from replay.options import Engine, Timing
+from replay.remap import MODES as REMAP_MODES
 from traces.errors import ReplayError
-
-
-class Engine(str, Enum):
-    io_uring = "io_uring"
-    psync = "psync"
-    null = "null"
-
-
-class Timing(str, Enum):
-    original = "original"
-    afap = "afap"
-    causal = "causal"
 
 
 class Heuristic(str, Enum):
@@ -32,10 +22,8 @@ class Heuristic(str, Enum):
     hybrid = "hybrid"
 
 
-class Remap(str, Enum):
-    fail = "fail"
-    wrap = "wrap"
-    scale = "scale"
+# The choices come from the modules that own them (replay.options, replay.remap).
+Remap = Enum("Remap", {name: name for name in REMAP_MODES}, type=str)
 
 
 # Exit statuses of `replay run`, as the README lists them.
@@ -92,6 +80,13 @@ class _Notes(list):
         self.progress.echo(f"note: {note}")
 
 
+def _timing(timing: Timing | None, afap: bool) -> Timing:
+    """The one place --afap, the documented shorthand of --timing afap, is read."""
+    if afap and timing not in (None, Timing.afap):
+        fail(ReplayError(f"--afap and --timing {timing.value} exclude each other: give one"))
+    return Timing.afap if afap else timing or Timing.original
+
+
 def run(
     trace: Annotated[str, typer.Argument(help="Trace file, or the name of a trace in the bundled library (for example: demo).")],
     target: Annotated[Optional[str], typer.Argument(help="Block device or regular file to replay on. Without it, a scratch file sized to the trace is made in the temporary directory and removed afterwards.")] = None,
@@ -125,13 +120,10 @@ def run(
     """
     from replay.runner import RunOptions, replay
 
-    if timing is not None and afap and timing != Timing.afap:
-        fail(ReplayError(f"--afap and --timing {timing.value} exclude each other: give one"))
-    options = RunOptions(speed=speed, afap=afap or timing == Timing.afap, qd=qd, max_inflight=max_inflight,
+    options = RunOptions(speed=speed, timing=_timing(timing, afap).value, qd=qd, max_inflight=max_inflight,
                          workers=workers, engine=engine and engine.value, remap=remap.value,
                          read_only=read_only, dry_run=dry_run, data=data, destroy_data=destroy_data,
-                         causal=timing == Timing.causal, think_scale=think_scale, heuristic=heuristic.value,
-                         calibrate=calibrate)
+                         think_scale=think_scale, heuristic=heuristic.value, calibrate=calibrate)
     if plan is not None or cluster is not None:
         from replay.commands.cluster import run_on_cluster
 

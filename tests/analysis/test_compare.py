@@ -27,7 +27,7 @@ def made(tmp_path_factory):
     def run(name, **options):
         return replay("demo", None, RunOptions(engine="null", **options), output=d / f"{name}.parquet").output
 
-    files = {"a": run("a", afap=True), "b": run("b", afap=True, qd=4), "slow": run("slow", speed=2),
+    files = {"a": run("a", timing="afap"), "b": run("b", timing="afap", qd=4), "slow": run("slow", speed=2),
              "fast": run("fast", speed=8)}
     sent = []
 
@@ -46,7 +46,7 @@ def made(tmp_path_factory):
                         "op": np.zeros(100, np.uint8), "offset": np.arange(100) * 4096,
                         "length": np.full(100, 4096)}, {"name": "other"})
     files["trace"] = trace
-    files["other"] = replay(trace, None, RunOptions(engine="null", afap=True), output=d / "o.parquet").output
+    files["other"] = replay(trace, None, RunOptions(engine="null", timing="afap"), output=d / "o.parquet").output
     return files
 
 
@@ -191,9 +191,9 @@ def test_force_compares_different_traces(made):
 def test_scratch_runs_of_one_trace_are_one_target_labelled_scratch(tmp_path):
     """Without a TARGET, each run replays on its own temporary scratch file, removed after it:
     two such runs are repeat runs of one target, "scratch", not two deleted paths."""
-    scratch = [replay("demo", None, RunOptions(afap=True), output=tmp_path / f"s{i}.parquet").output
+    scratch = [replay("demo", None, RunOptions(timing="afap"), output=tmp_path / f"s{i}.parquet").output
                for i in (1, 2)]
-    null = replay("demo", None, RunOptions(engine="null", afap=True), output=tmp_path / "n.parquet").output
+    null = replay("demo", None, RunOptions(engine="null", timing="afap"), output=tmp_path / "n.parquet").output
     paths = [load(s).target["path"] for s in scratch]
     assert paths[0] != paths[1] and all(p.endswith("/scratch.img") for p in paths)
     c = compare([*scratch, null])

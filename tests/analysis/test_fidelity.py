@@ -200,7 +200,7 @@ def _check_against_reference(results_path):
 
 def test_real_null_replay_with_workers_against_reference(tmp_path):
     trace = _trace_with_latency(tmp_path / "lat.parquet")
-    out = replay(trace, None, RunOptions(engine="null", afap=True, workers=2, qd=4),
+    out = replay(trace, None, RunOptions(engine="null", timing="afap", workers=2, qd=4),
                  output=tmp_path / "r.parquet").output
     f = _check_against_reference(out)
     assert f.timed is False and "iops" not in f.aggregate

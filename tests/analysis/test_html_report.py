@@ -42,7 +42,7 @@ def runs(tmp_path_factory):
         files = []
         for trace, name in ((mix, "mix"), (work, "oltp")):
             path = d / f"{side}-{name}.parquet"
-            replay(trace, None, RunOptions(engine="null", afap=True, qd=qd), output=path)
+            replay(trace, None, RunOptions(engine="null", timing="afap", qd=qd), output=path)
             files.append(path)
         sets = []
         for test, scores in (("mix", {"iops_70_30_32x1": 1000.0 * qd, "table": [

@@ -25,7 +25,7 @@ def runs(tmp_path_factory):
     """Real results files: demo at 20x (original timing), demo closed-loop, an interrupted run."""
     d = tmp_path_factory.mktemp("results")
     timed = replay("demo", None, RunOptions(engine="null", speed=20), output=d / "timed.parquet")
-    afap = replay("demo", None, RunOptions(engine="null", afap=True), output=d / "afap.parquet")
+    afap = replay("demo", None, RunOptions(engine="null", timing="afap"), output=d / "afap.parquet")
     cut = replay("demo", None, RunOptions(engine="null", speed=4, chunk_rows=4096),
                  output=d / "cut.parquet", progress=_interrupt_once_done)
     assert cut.interrupted

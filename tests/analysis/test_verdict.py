@@ -53,8 +53,8 @@ def null_runs(tmp_path_factory):
     out = {}
     for side, qd in (("a", 1), ("b", 32)):
         (d / side).mkdir()
-        replay(synth, None, RunOptions(engine="null", afap=True, qd=qd), output=d / f"{side}-mix.parquet")
-        replay(work, None, RunOptions(engine="null", afap=True, qd=qd), output=d / side / "oltp.parquet")
+        replay(synth, None, RunOptions(engine="null", timing="afap", qd=qd), output=d / f"{side}-mix.parquet")
+        replay(work, None, RunOptions(engine="null", timing="afap", qd=qd), output=d / side / "oltp.parquet")
         out[side] = (d / f"{side}-mix.parquet", d / side)
     out["dir"] = d
     return out

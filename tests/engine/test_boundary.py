@@ -38,7 +38,7 @@ def columns(rows):
 
 
 def replayer(engine, path, **kw):
-    kw = {"afap": True, "depth": 4, "writable": True, "direct": False, "max_length": MAX_LENGTH, **kw}
+    kw = {"timing": "afap", "depth": 4, "writable": True, "direct": False, "max_length": MAX_LENGTH, **kw}
     return _engine.Replayer(None if engine == "null" else str(path), engine=engine, **kw)
 
 
@@ -100,7 +100,7 @@ from replay import _engine
 # Each of these used to reach memory outside the engine's buffers on psync: the process
 # aborted with heap corruption (exit 134) or wrote process memory to the file.
 for op, offset, length in [(0, 0, 1 << 20), (0, 0, -1), (1, 0, 64 << 20), (7, 0, 1 << 20)]:
-    rep = _engine.Replayer({path!r}, engine="psync", afap=True, depth=4, writable=True,
+    rep = _engine.Replayer({path!r}, engine="psync", timing="afap", depth=4, writable=True,
                            direct=False, max_length=4096)
     try:
         rep.push(np.zeros(4, np.int64), np.full(4, op, np.uint8), np.full(4, offset, np.int64),
@@ -132,7 +132,7 @@ free = os.open("/dev/null", os.O_RDONLY)
 os.close(free)
 resource.setrlimit(resource.RLIMIT_NOFILE, (free + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 try:
-    _engine.Replayer({path!r}, engine="io_uring", afap=True, depth=4, writable=False,
+    _engine.Replayer({path!r}, engine="io_uring", timing="afap", depth=4, writable=False,
                      direct=False, max_length=4096)
 except ReplayError as e:
     print(type(e) is EngineSetupError, isinstance(e, OSError), e.errno == errno.EMFILE)
@@ -223,7 +223,7 @@ BUFFERS = """
 import sys, time
 from replay.runner import RunOptions, replay
 t = time.monotonic()
-replay(sys.argv[1], None, RunOptions(engine="null", afap=True), output=sys.argv[2])
+replay(sys.argv[1], None, RunOptions(engine="null", timing="afap"), output=sys.argv[2])
 hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(int(hwm.split()[1]) * 1024, time.monotonic() - t)
 """
@@ -267,7 +267,7 @@ def _blocked_by_thread() -> dict:
 
 
 def test_engine_and_io_threads_leave_termination_signals_to_python(target):
-    rep = replayer("psync", target, afap=False)
+    rep = replayer("psync", target, timing="original")
     rep.push(np.array([3_600_000_000_000]), *columns([(Op.READ, 0, 4096)])[1:])  # due in an hour
     time.sleep(0.1)
     try:

@@ -62,7 +62,7 @@ def test_a_finite_generator_is_replayed_row_for_row_on_the_null_engine(tmp_path)
     gen = g.random_mix(block_size={4096: 3, 16384: 1}, read_share=0.6, span=32 * MIB,
                        count=150_000, queue_depth=8, seed=3)
     out = tmp_path / "r.parquet"
-    outcome = replay(gen, None, RunOptions(engine="null", afap=True, qd=8), output=out,
+    outcome = replay(gen, None, RunOptions(engine="null", timing="afap", qd=8), output=out,
                      metadata={"bench": {"test": "t", "run": "r", "role": "measure"}})
     assert not outcome.interrupted and not outcome.time_limited
     expected = {k: np.concatenate([c[k] for c in gen.chunks()]) for k in ("op", "offset", "length")}
@@ -87,7 +87,7 @@ def test_any_generator_run_keeps_every_row_in_order(tmp_path, read_share, count,
     make = g.sequential_mix if sequential else g.random_mix
     gen = make(read_share=read_share, span=16 * MIB, count=count, queue_depth=qd, seed=seed)
     out = tmp_path / f"r{seed}.parquet"
-    outcome = replay(gen, None, RunOptions(engine="null", afap=True, qd=qd, workers=workers,
+    outcome = replay(gen, None, RunOptions(engine="null", timing="afap", qd=qd, workers=workers,
                                            chunk_rows=chunk_rows), output=out)
     assert outcome.rows == count and not outcome.interrupted
     cols = ("op", "offset", "length")
@@ -115,7 +115,7 @@ def test_generator_source_knows_its_span_and_mix_without_a_pass():
 def test_an_unbounded_run_stops_at_its_time_limit_and_is_not_interrupted(tmp_path):
     gen = g.random_mix(span=64 * MIB, unbounded=True, read_share=0.7, seed=1)
     out = tmp_path / "steady.parquet"
-    outcome = replay(gen, None, RunOptions(engine="null", afap=True, qd=32, time_limit_s=0.5),
+    outcome = replay(gen, None, RunOptions(engine="null", timing="afap", qd=32, time_limit_s=0.5),
                      output=out)
     assert outcome.time_limited and not outcome.interrupted
     md = open_trace(out).metadata
@@ -131,12 +131,12 @@ def test_an_unbounded_run_stops_at_its_time_limit_and_is_not_interrupted(tmp_pat
 def test_a_generator_on_a_loop_device_with_io_uring(loop_device, tmp_path):
     device = loop_device(32 * MIB)
     fill = g.sequential_fill(span=32 * MIB)
-    done = replay(fill, device, RunOptions(afap=True, qd=32), output=tmp_path / "fill.parquet")
+    done = replay(fill, device, RunOptions(timing="afap", qd=32), output=tmp_path / "fill.parquet")
     assert done.rows == 256 and not done.interrupted
     assert open_trace(tmp_path / "fill.parquet").metadata["run"]["engine"] == "io_uring"
     gen = g.random_mix(span=32 * MIB, unbounded=True, read_share=0.5, queue_depth=32)
     out = tmp_path / "mix.parquet"
-    outcome = replay(gen, device, RunOptions(afap=True, qd=32, time_limit_s=0.5), output=out)
+    outcome = replay(gen, device, RunOptions(timing="afap", qd=32, time_limit_s=0.5), output=out)
     assert outcome.time_limited and not outcome.interrupted and outcome.rows > 0
     for chunk in chunks_of(out):
         np.testing.assert_array_equal(chunk["result"], chunk["length"])  # no failed I/O

@@ -47,7 +47,7 @@ def test_a_causal_replay_measures_the_replayers_own_time_per_io_on_a_block_devic
     rows = np.arange(300)
     trace = _chain_trace(tmp_path / "chain.parquet", np.where(rows % 3 == 2, Op.WRITE, Op.READ), 200_000, 100_000)
     notices = []
-    replay(trace, dev, RunOptions(causal=True, destroy_data=True), output=tmp_path / "r.parquet", notices=notices)
+    replay(trace, dev, RunOptions(timing="causal", destroy_data=True), output=tmp_path / "r.parquet", notices=notices)
     cols, meta = read_trace(tmp_path / "r.parquet")
     host = np.array(meta["run"]["host_cost_ns"])
     # Every pair of read, write and flush was measured: a real gap, above 0 and under 10 ms.
@@ -60,7 +60,7 @@ def test_a_causal_replay_measures_the_replayers_own_time_per_io_on_a_block_devic
     cost = host[cols["op"][:-1], cols["op"][1:]]
     assert (cols["intended_ns"][1:] == parent_done + np.maximum(100_000 - cost, 0)).all()
     # Without calibration, the think time is replayed as captured.
-    replay(trace, dev, RunOptions(causal=True, destroy_data=True, calibrate=False), output=tmp_path / "p.parquet")
+    replay(trace, dev, RunOptions(timing="causal", destroy_data=True, calibrate=False), output=tmp_path / "p.parquet")
     cols, meta = read_trace(tmp_path / "p.parquet")
     assert meta["run"]["host_cost_ns"] is None
     assert (cols["intended_ns"][1:] == cols["complete_ns"][:-1] + 100_000).all()
@@ -74,7 +74,7 @@ def test_a_causal_replay_on_a_file_says_its_think_times_are_replayed_as_captured
     target.write_bytes(b"\0" * (4 << 20))
     trace = _chain_trace(tmp_path / "chain.parquet", np.zeros(20))
     notices = []
-    replay(trace, target, RunOptions(causal=True), output=tmp_path / "r.parquet", notices=notices)
+    replay(trace, target, RunOptions(timing="causal"), output=tmp_path / "r.parquet", notices=notices)
     assert read_trace(tmp_path / "r.parquet")[1]["run"]["host_cost_ns"] is None
     assert any("replayed as captured" in n for n in notices), notices
 
@@ -93,7 +93,7 @@ def test_a_causal_replay_of_a_trace_that_only_reads_never_writes_probes(tmp_path
         f.write(pattern)
     trace = _chain_trace(tmp_path / "reads.parquet", np.zeros(30))
     notices = []
-    replay(trace, dev, RunOptions(causal=True), output=tmp_path / "r.parquet", notices=notices)
+    replay(trace, dev, RunOptions(timing="causal"), output=tmp_path / "r.parquet", notices=notices)
     assert read_trace(tmp_path / "r.parquet")[1]["run"]["host_cost_ns"] is None
     assert any("does not write" in n for n in notices), notices
     with open(dev, "rb") as f:

@@ -19,7 +19,7 @@ def _replay_model(cols, service_ns, step=1 << 16, think_scale=1.0):
     from replay import _engine
 
     ann = causal.Annotator("chains")
-    rep = _engine.Replayer(None, engine="null", causal=True, think_scale=think_scale, service_ns=service_ns,
+    rep = _engine.Replayer(None, engine="null", timing="causal", think_scale=think_scale, service_ns=service_ns,
                            depth=1024, max_length=4096)
     deps = []
     n = len(cols["ts_ns"])
@@ -151,7 +151,7 @@ def test_causal_replay_on_the_capturing_drive_reproduces_the_application_time(tm
         spans.append((cols["ts_ns"] + cols["latency_ns"]).max() - cols["ts_ns"].min())
     noise = abs(spans[0] - spans[1]) / min(spans)
     res = tmp_path / "replay.parquet"
-    replay(tmp_path / "blob0.parquet", dev, RunOptions(causal=True, destroy_data=True, remap="wrap"), output=res)
+    replay(tmp_path / "blob0.parquet", dev, RunOptions(timing="causal", destroy_data=True, remap="wrap"), output=res)
     cols, meta = read_trace(res)
     assert meta["run"]["mode"] == "causal"
     span = cols["complete_ns"].max() - cols["issue_ns"].min()

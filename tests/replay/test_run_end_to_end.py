@@ -169,7 +169,7 @@ def test_original_timing_is_due_at_ts_over_speed(tmp_path, speed):
 def test_afap_ignores_the_trace_timing(tmp_path):
     rows = [(i * 1_000_000_000, R, i * 4096, 4096) for i in range(1000)]  # 1000 s of trace
     trace = make_trace(tmp_path / "slow.parquet", rows)
-    outcome = replay(trace, None, RunOptions(engine="null", afap=True, qd=8),
+    outcome = replay(trace, None, RunOptions(engine="null", timing="afap", qd=8),
                      output=tmp_path / "out.parquet")
     cols, meta = results(outcome)
     assert len(cols["op"]) == 1000
@@ -558,12 +558,12 @@ def _random_ios(path, n, span, read_share=1.0, gap_ns=1, seed=3):
 
 
 @marks(uring, on_loop)
-@pytest.mark.parametrize("afap", [True, False])
-def test_a_driver_that_runs_io_on_the_submitting_cpu_gets_psync_threads(tmp_path, zram, loop_device, afap):
+@pytest.mark.parametrize("timing", ["afap", "original"])
+def test_a_driver_that_runs_io_on_the_submitting_cpu_gets_psync_threads(tmp_path, zram, loop_device, timing):
     # zram does each I/O inside the submitting call, which io_uring cannot make without
     # blocking: it would hand every one to a kernel worker thread.
     trace = _random_ios(tmp_path / "mix.parquet", 5000, 16 * MIB, read_share=0.7, gap_ns=20_000)
-    opts = RunOptions(afap=afap, qd=32, speed=20.0, destroy_data=True)
+    opts = RunOptions(timing=timing, qd=32, speed=20.0, destroy_data=True)
     on_zram = replay(trace, zram, opts, output=tmp_path / "zram.parquet")
     cols, meta = results(on_zram)
     assert meta["target"]["sync_driver"] is True and meta["run"]["engine"] == on_zram.engine == "psync"
@@ -595,7 +595,7 @@ def test_a_small_trace_replays_from_memory_as_from_the_file(tmp_path, monkeypatc
     streamed = runner.TraceSource(trace, rows=256)
     assert cached._cache is not None and streamed._cache is None
     target = make_file(tmp_path / "small.img", 16 * MIB)
-    opts = RunOptions(engine="null", afap=True, remap="wrap", chunk_rows=256)
+    opts = RunOptions(engine="null", timing="afap", remap="wrap", chunk_rows=256)
     runs = [results(replay(streamed, target, opts, output=tmp_path / "streamed.parquet"))[0]]
     trace.unlink()  # the kept trace needs no file
     # The second replay of the kept chunks sees them unchanged by the first one's remapping.
@@ -686,7 +686,7 @@ def test_the_engine_counts_completed_rows_between_chunks():
     from replay import _engine
 
     n = 20_000
-    rep = _engine.Replayer(None, engine="null", afap=True, depth=1, service_ns=100_000)
+    rep = _engine.Replayer(None, engine="null", timing="afap", depth=1, service_ns=100_000)
     rep.push(np.zeros(n, np.int64), np.zeros(n, np.uint8), np.arange(n, dtype=np.int64) * 4096,
              np.full(n, 4096, np.int64))
     rep.close()

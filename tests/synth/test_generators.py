@@ -415,7 +415,7 @@ def test_a_generated_closed_loop_trace_replays_on_the_null_engine(tmp_path):
 
     gen = random_mix(count=20_000, read_share=0.5, span=64 * MIB, seed=1)
     trace = to_trace(gen, tmp_path / "g.parquet")
-    outcome = replay(trace, None, RunOptions(engine="null", afap=True, qd=32),
+    outcome = replay(trace, None, RunOptions(engine="null", timing="afap", qd=32),
                      output=tmp_path / "r.parquet")
     results = open_trace(outcome.output)
     series = iops_series(results.chunks())
