@@ -5,4 +5,4 @@ The package's modules are the API; importing the package imports none of them.
 """
 
 __all__ = ["analyse", "catalog", "causal", "characterise", "compare", "fidelity", "histogram",
-           "plots", "report", "results", "scoring", "summary", "timeseries", "verdict"]
+           "plots", "report", "results", "scoring", "suite", "summary", "timeseries", "verdict"]
