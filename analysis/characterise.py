@@ -11,7 +11,7 @@ import numpy as np
 from numba import types
 from numba.typed import Dict
 
-from analysis.histogram import N_BINS, LatencyHistogram, bin_index, bin_lower, bin_width
+from analysis.histogram import N_BINS, LatencyHistogram, bin_index, bin_mid
 from traces.schema import Op
 from traces.units import human_bytes
 
@@ -271,7 +271,7 @@ def weighted_percentiles(hist: np.ndarray, lo: int, hi: int, qs) -> list:
     for q in qs:
         rank = min(max(math.ceil(n * (q / 100.0)), 1), n)
         i = int(np.searchsorted(cumulative, rank, side="left"))
-        mid = int(bin_lower(i)) + (int(bin_width(i)) - 1) // 2
+        mid = int(bin_mid(i))
         out.append(min(max(mid, lo), hi))
     return out
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from analysis.histogram import LatencyHistogram, bin_index, bin_lower, bin_width
+from analysis.histogram import LatencyHistogram, bin_index, bin_mid
 from traces.schema import RESULT_COLUMNS, TRACE_COLUMNS, Op
 
 _COLUMNS = ("ts_ns", "op", "length", "intended_ns", "issue_ns", "complete_ns", "result")
@@ -104,7 +104,7 @@ def _at_rank(h: LatencyHistogram, rank):
     if rank >= n:
         return h.max
     i = int(np.searchsorted(np.cumsum(h.counts), rank, side="left"))
-    mid = int(bin_lower(i)) + (int(bin_width(i)) - 1) // 2
+    mid = int(bin_mid(i))
     return min(max(mid, h.min), h.max)
 
 

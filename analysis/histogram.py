@@ -15,39 +15,89 @@ from numba.cpython.unsafe.numbers import leading_zeros
 
 SUB_BITS = 7
 SUB_BUCKETS = 1 << SUB_BITS  # 128
-# Bin i < 2*SUB_BUCKETS holds exactly the value i. Above that, a value v with highest set bit
-# b (>= SUB_BITS + 1) has shift s = b - SUB_BITS and lands in bin s*SUB_BUCKETS + (v >> s),
-# where v >> s is in [SUB_BUCKETS, 2*SUB_BUCKETS). The largest int64 has b = 62.
-N_BINS = (62 - SUB_BITS) * SUB_BUCKETS + 2 * SUB_BUCKETS  # 7296
+# The largest int64 has its highest set bit at 62, so no value here shares the last bin.
+TOP_BIT = 62
 
 # The percentiles fio reports by default, and the keys it uses for them.
 FIO_PERCENTILES = (1.0, 5.0, 10.0, 50.0, 90.0, 99.0, 99.9, 99.99)
 
 
+# The log-linear binning, for any resolution: with s = sub_bits, bin i < 2 * 2**s holds
+# exactly the value i. Above that, a value v with highest set bit b (s < b <= top_bit) has
+# shift t = b - s and lands in bin t * 2**s + (v >> t), where v >> t is in [2**s, 2 * 2**s);
+# values with b > top_bit share the last bin. LatencyHistogram uses s = 7 over all of int64;
+# analysis.timeseries's per-window histograms a coarser s = 5 up to 2**44 ns.
+
+
+def log_linear_bins(sub_bits: int, top_bit: int) -> int:
+    """How many bins the binning of `sub_bits` up to highest bit `top_bit` has."""
+    return (top_bit - sub_bits) * (1 << sub_bits) + 2 * (1 << sub_bits)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def log_linear_index(v, sub_bits, top_bit):
+    """The bin of a non-negative int64 value (the caller guarantees v >= 0)."""
+    sub = 1 << sub_bits
+    if v < 2 * sub:
+        return v
+    b = 63 - leading_zeros(v)
+    if b > top_bit:
+        return (top_bit - sub_bits) * sub + 2 * sub - 1
+    shift = b - sub_bits
+    return shift * sub + (v >> shift)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def log_linear_lower(i, sub_bits):
+    """Smallest value that falls in bin i."""
+    sub = 1 << sub_bits
+    if i < 2 * sub:
+        return np.int64(i)
+    shift = i // sub - 1
+    return np.int64(i - shift * sub) << shift
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def log_linear_width(i, sub_bits):
+    """How many consecutive values bin i holds (a power of two)."""
+    sub = 1 << sub_bits
+    if i < 2 * sub:
+        return np.int64(1)
+    return np.int64(1) << (i // sub - 1)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def log_linear_mid(i, sub_bits):
+    """Midpoint of bin i (its lowest value plus half its width, rounded down): what a
+    percentile reports, within half a bin of the true value."""
+    return log_linear_lower(i, sub_bits) + (log_linear_width(i, sub_bits) - 1) // 2
+
+
+N_BINS = log_linear_bins(SUB_BITS, TOP_BIT)  # 7296
+
+
 @numba.njit(nogil=True, cache=True, inline="always")
 def bin_index(v):
     """The bin of a non-negative int64 value (the caller guarantees v >= 0)."""
-    if v < 2 * SUB_BUCKETS:
-        return v
-    shift = (63 - leading_zeros(v)) - SUB_BITS
-    return shift * SUB_BUCKETS + (v >> shift)
+    return log_linear_index(v, SUB_BITS, TOP_BIT)
 
 
 @numba.njit(nogil=True, cache=True)
 def bin_lower(i):
     """Smallest value that falls in bin i."""
-    if i < 2 * SUB_BUCKETS:
-        return np.int64(i)
-    shift = i // SUB_BUCKETS - 1
-    return np.int64(i - shift * SUB_BUCKETS) << shift
+    return log_linear_lower(i, SUB_BITS)
 
 
 @numba.njit(nogil=True, cache=True)
 def bin_width(i):
     """How many consecutive values bin i holds (a power of two)."""
-    if i < 2 * SUB_BUCKETS:
-        return np.int64(1)
-    return np.int64(1) << (i // SUB_BUCKETS - 1)
+    return log_linear_width(i, SUB_BITS)
+
+
+@numba.njit(nogil=True, cache=True)
+def bin_mid(i):
+    """Midpoint of bin i (its lowest value plus half its width, rounded down)."""
+    return log_linear_mid(i, SUB_BITS)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -206,7 +256,7 @@ class LatencyHistogram:
                 out.append(self._max)
                 continue
             i = int(np.searchsorted(cumulative, rank, side="left"))
-            mid = int(bin_lower(i)) + (int(bin_width(i)) - 1) // 2
+            mid = int(bin_mid(i))
             out.append(min(max(mid, self._min), self._max))
         return out
 

@@ -6,8 +6,8 @@ import math
 
 import numba
 import numpy as np
-from numba.cpython.unsafe.numbers import leading_zeros
 
+from analysis.histogram import log_linear_bins, log_linear_index, log_linear_mid
 from traces.schema import RESULT_COLUMNS, TRACE_COLUMNS, Op
 
 SECOND_NS = 1_000_000_000
@@ -16,15 +16,15 @@ assert all(name in TRACE_COLUMNS or name in RESULT_COLUMNS for name in _COLUMNS)
 _N_OPS = len(Op)
 OP_NAMES = tuple(op.name.lower() for op in Op)
 
-# Per-window histograms are coarser than analysis.histogram's (128 sub-buckets, 7,296 bins,
-# 58 KB each): three of those per second would cost 630 MB for an hour-long run. With 32
-# linear sub-buckets per power of two a percentile (bin midpoint) is within 1/64 (1.6 %) of
-# the true value, and values are counted up to 2**44 ns (4.9 h; larger ones land in the last
-# bin, the exact max is kept aside): 1,280 int32 bins, 15 KB per window for all three.
+# Per-window histograms bin as analysis.histogram does, but coarser than its LatencyHistogram
+# (128 sub-buckets, 7,296 bins, 58 KB each): three of those per second would cost 630 MB for
+# an hour-long run. With 32 linear sub-buckets per power of two a percentile (bin midpoint) is
+# within 1/64 (1.6 %) of the true value, and values are counted up to 2**44 ns (4.9 h; larger
+# ones land in the last bin, the exact max is kept aside): 1,280 int32 bins, 15 KB per window
+# for all three.
 SUB_BITS = 5
-_SUB = 1 << SUB_BITS
 _TOP_BIT = 43
-N_BINS = (_TOP_BIT - SUB_BITS) * _SUB + 2 * _SUB
+N_BINS = log_linear_bins(SUB_BITS, _TOP_BIT)
 PERCENTILES = (50.0, 99.0, 99.9)
 _KEYS = ("p50", "p99", "p99.9", "max")
 
@@ -32,23 +32,13 @@ _KEYS = ("p50", "p99", "p99.9", "max")
 @numba.njit(nogil=True, cache=True)
 def bin_of(v):
     """Histogram bin of a non-negative value; values of 2**44 and above share the last bin."""
-    if v < 2 * _SUB:
-        return v
-    b = 63 - leading_zeros(v)  # a shift loop here cost ~2x the whole kernel
-    if b > _TOP_BIT:
-        return N_BINS - 1
-    shift = b - SUB_BITS
-    return shift * _SUB + (v >> shift)
+    return log_linear_index(v, SUB_BITS, _TOP_BIT)
 
 
 @numba.njit(nogil=True, cache=True)
 def bin_mid(i):
     """Midpoint of bin i (its lowest value plus half its width, rounded down)."""
-    if i < 2 * _SUB:
-        return np.int64(i)
-    shift = i // _SUB - 1
-    lower = np.int64(i - shift * _SUB) << shift
-    return lower + ((np.int64(1) << shift) - 1) // 2
+    return log_linear_mid(i, SUB_BITS)
 
 
 @numba.njit(nogil=True, cache=True)
