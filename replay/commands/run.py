@@ -88,27 +88,90 @@ def _timing(timing: Timing | None, afap: bool) -> Timing:
 
 
 def run(
-    trace: Annotated[str, typer.Argument(help="Trace file, or the name of a trace in the bundled library (for example: demo).")],
-    target: Annotated[Optional[str], typer.Argument(help="Block device or regular file to replay on. Without it, a scratch file sized to the trace is made in the temporary directory and removed afterwards.")] = None,
-    speed: Annotated[float, typer.Option(help="Timing scale for original timing, a finite number above 0: 2 replays twice as fast, 0.5 at half speed.")] = 1.0,
-    afap: Annotated[bool, typer.Option("--afap", help="Ignore the trace's timing and issue as fast as possible with --qd I/Os in flight.")] = False,
-    timing: Annotated[Optional[Timing], typer.Option(help="original: each I/O at its captured time over --speed (the default); afap: as --afap; causal: each I/O when the I/Os it waited for in the capture have completed on TARGET, plus the application's own time in between, so the replay runs as the application would on TARGET (needs a trace with pid and latency_ns, as replay capture makes).", show_default=False)] = None,
-    think_scale: Annotated[float, typer.Option(help="With --timing causal: multiply the application's own time between I/Os by this (0.5: a CPU twice as fast).")] = 1.0,
-    heuristic: Annotated[Heuristic, typer.Option(help="With --timing causal: how each I/O's parents are inferred: chains (the last completion of its own process; writeback and journal threads each one process) recent (the last completion of any process within 1 ms before it), or hybrid, the default (chains, and the last completion of any process when later than the chain's and at most 2 ms before, 10 ms for a journal, writeback, flush or FUA I/O).")] = Heuristic.hybrid,
-    calibrate: Annotated[bool, typer.Option(help="With --timing causal on a block device, as root: first measure the replayer's own time per I/O there (a chain of 360 probe I/Os on its first 2 MiB, traced at the block layer) and take it off each think time, which the capture measured with the application's own submission in it.")] = True,
-    qd: Annotated[int, typer.Option(help="I/Os in flight with --afap, from 1 to 32768 (the engine's limit).")] = 32,
-    max_inflight: Annotated[int, typer.Option(help="With original timing, the most I/Os in flight, from 1 to 32768; when the target falls behind, I/Os wait and their lateness is recorded.")] = 1024,
-    workers: Annotated[int, typer.Option(help="Spread the I/Os over this many threads, each with its own engine and --qd/--max-inflight (row i goes to worker i mod N): the reviews' '32 threads at QD1' is --afap --workers 32 --qd 1. From 1 to 256: each worker holds up to 17 MB of buffers, and more workers than that only take turns on the CPUs.")] = 1,
-    engine: Annotated[Optional[Engine], typer.Option(help="I/O engine. The default is io_uring, or psync, with a notice, on drivers that run each I/O on the submitting CPU (zram, brd), where io_uring would hand every I/O to a kernel worker thread. io_uring falls back to psync, with a notice, where it is refused; null does no I/O (for testing the pipeline).", show_default=False)] = None,
-    remap: Annotated[Remap, typer.Option(help="What to do when the trace spans more than the target holds: fail (refuse), wrap (offset modulo the size) or scale (proportionally).")] = Remap.fail,
-    read_only: Annotated[bool, typer.Option("--read-only", help="Replay only the reads; writes, flushes and discards are skipped and counted.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the trace, the target and the mapping, then stop without issuing any I/O.")] = False,
-    data: Annotated[str, typer.Option(help="What writes carry: random (incompressible), zeros, or compressible:PCT (PCT percent zeros, 0 to 100).")] = "random",
-    destroy_data: Annotated[bool, typer.Option("--destroy-data", help="Write to a block device or disk image even though it looks in use (partitioned, holding a filesystem, behind a loop device). Its data WILL be destroyed.")] = False,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results file (Parquet). Default: TRACE-TARGET-TIMESTAMP.parquet in the current directory.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON, with fio's key names, instead of a table.")] = False,
-    plan: Annotated[Optional[Path], typer.Option("--plan", help="Replay on several hosts of a Ray cluster (needs --cluster): a TOML or JSON file mapping the trace's device values, or shares of its rows, to (host, target) pairs; see the README. -o is then a new results directory.")] = None,
-    cluster: Annotated[Optional[str], typer.Option("--cluster", help="With --plan: the Ray cluster's address, HOST:PORT of its head (as `ray start --head` prints it).")] = None,
+    trace: Annotated[str, typer.Argument(
+        help="Trace file, or the name of a trace in the bundled library (for example: demo).")],
+    target: Annotated[Optional[str], typer.Argument(
+        help="Block device or regular file to replay on. Without it, a scratch file sized to the "
+             "trace is made in the temporary directory and removed afterwards.")] = None,
+    speed: Annotated[float, typer.Option(
+        help="Timing scale for original timing, a finite number above 0: 2 replays twice as fast, "
+             "0.5 at half speed.")] = 1.0,
+    afap: Annotated[bool, typer.Option(
+        "--afap",
+        help="Ignore the trace's timing and issue as fast as possible with --qd I/Os in "
+             "flight.")] = False,
+    timing: Annotated[Optional[Timing], typer.Option(
+        help="original: each I/O at its captured time over --speed (the default); afap: as --afap; "
+             "causal: each I/O when the I/Os it waited for in the capture have completed on "
+             "TARGET, plus the application's own time in between, so the replay runs as the "
+             "application would on TARGET (needs a trace with pid and latency_ns, as replay "
+             "capture makes).",
+        show_default=False)] = None,
+    think_scale: Annotated[float, typer.Option(
+        help="With --timing causal: multiply the application's own time between I/Os by this (0.5: "
+             "a CPU twice as fast).")] = 1.0,
+    heuristic: Annotated[Heuristic, typer.Option(
+        help="With --timing causal: how each I/O's parents are inferred: chains (the last "
+             "completion of its own process; writeback and journal threads each one process) "
+             "recent (the last completion of any process within 1 ms before it), or hybrid, the "
+             "default (chains, and the last completion of any process when later than the chain's "
+             "and at most 2 ms before, 10 ms for a journal, writeback, flush or FUA "
+             "I/O).")] = Heuristic.hybrid,
+    calibrate: Annotated[bool, typer.Option(
+        help="With --timing causal on a block device, as root: first measure the replayer's own "
+             "time per I/O there (a chain of 360 probe I/Os on its first 2 MiB, traced at the "
+             "block layer) and take it off each think time, which the capture measured with the "
+             "application's own submission in it.")] = True,
+    qd: Annotated[int, typer.Option(
+        help="I/Os in flight with --afap, from 1 to 32768 (the engine's limit).")] = 32,
+    max_inflight: Annotated[int, typer.Option(
+        help="With original timing, the most I/Os in flight, from 1 to 32768; when the target "
+             "falls behind, I/Os wait and their lateness is recorded.")] = 1024,
+    workers: Annotated[int, typer.Option(
+        help="Spread the I/Os over this many threads, each with its own engine and "
+             "--qd/--max-inflight (row i goes to worker i mod N): the reviews' '32 threads at QD1' "
+             "is --afap --workers 32 --qd 1. From 1 to 256: each worker holds up to 17 MB of "
+             "buffers, and more workers than that only take turns on the CPUs.")] = 1,
+    engine: Annotated[Optional[Engine], typer.Option(
+        help="I/O engine. The default is io_uring, or psync, with a notice, on drivers that run "
+             "each I/O on the submitting CPU (zram, brd), where io_uring would hand every I/O to a "
+             "kernel worker thread. io_uring falls back to psync, with a notice, where it is "
+             "refused; null does no I/O (for testing the pipeline).",
+        show_default=False)] = None,
+    remap: Annotated[Remap, typer.Option(
+        help="What to do when the trace spans more than the target holds: fail (refuse), wrap "
+             "(offset modulo the size) or scale (proportionally).")] = Remap.fail,
+    read_only: Annotated[bool, typer.Option(
+        "--read-only",
+        help="Replay only the reads; writes, flushes and discards are skipped and "
+             "counted.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run",
+        help="Check the trace, the target and the mapping, then stop without issuing any "
+             "I/O.")] = False,
+    data: Annotated[str, typer.Option(
+        help="What writes carry: random (incompressible), zeros, or compressible:PCT (PCT percent "
+             "zeros, 0 to 100).")] = "random",
+    destroy_data: Annotated[bool, typer.Option(
+        "--destroy-data",
+        help="Write to a block device or disk image even though it looks in use (partitioned, "
+             "holding a filesystem, behind a loop device). Its data WILL be destroyed.")] = False,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o",
+        help="Results file (Parquet). Default: TRACE-TARGET-TIMESTAMP.parquet in the current "
+             "directory.")] = None,
+    json_out: Annotated[bool, typer.Option(
+        "--json",
+        help="Print the summary as JSON, with fio's key names, instead of a table.")] = False,
+    plan: Annotated[Optional[Path], typer.Option(
+        "--plan",
+        help="Replay on several hosts of a Ray cluster (needs --cluster): a TOML or JSON file "
+             "mapping the trace's device values, or shares of its rows, to (host, target) pairs; "
+             "see the README. -o is then a new results directory.")] = None,
+    cluster: Annotated[Optional[str], typer.Option(
+        "--cluster",
+        help="With --plan: the Ray cluster's address, HOST:PORT of its head (as `ray start --head` "
+             "prints it).")] = None,
 ):
     """Replay TRACE on TARGET and record the intended, issue and completion time of every I/O.
 
