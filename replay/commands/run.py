@@ -26,7 +26,7 @@ class Heuristic(str, Enum):
 Remap = Enum("Remap", {name: name for name in REMAP_MODES}, type=str)
 
 
-# Exit statuses of `replay run`, as the README lists them.
+# Exit statuses of `replay run`, as docs/replaying.md lists them.
 EXIT_IO_FAILED = 3  # the run finished, but some I/Os failed (their -errno is in the results)
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT); 128 + the signal: 143 SIGTERM, 129 SIGHUP. I/Os done are kept
 
@@ -167,7 +167,7 @@ def run(
         "--plan",
         help="Replay on several hosts of a Ray cluster (needs --cluster): a TOML or JSON file "
              "mapping the trace's device values, or shares of its rows, to (host, target) pairs; "
-             "see the README. -o is then a new results directory.")] = None,
+             "see docs/cluster.md. -o is then a new results directory.")] = None,
     cluster: Annotated[Optional[str], typer.Option(
         "--cluster",
         help="With --plan: the Ray cluster's address, HOST:PORT of its head (as `ray start --head` "
