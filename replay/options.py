@@ -38,6 +38,7 @@ class RunOptions:
     dry_run: bool = False
     data: str = "random"
     destroy_data: bool = False
+    force: bool = False  # replace an existing results file
     chunk_rows: int = 1 << 16
     # Stop cleanly this many seconds after the start (not an interruption): how a closed-loop
     # generator with no end ("4 KiB random writes for an hour") is run. None: run to the end.

@@ -27,9 +27,10 @@ from analysis.summary import warm_up as summary_warm_up
 from replay import __version__, _engine, remap
 from replay.options import ENGINES, Engine, RunOptions, Timing, check_options  # noqa: F401 (the runner's API)
 from replay.signals import StopSignals, signum_of
-from replay.targets import check_output, check_output_path, scratch_target
+from replay.targets import scratch_target
 from traces import library, schema
-from traces.errors import EngineSetupError, ReplayError
+from traces.errors import EngineSetupError, ReplayError, TargetError
+from traces.outputs import check_output
 from traces.targets import Target, check_safe_to_write, inspect_target, unclaimed
 from traces.schema import Op
 from traces.trace import (JournalKept, TraceWriter, convert_journal, journal_in_use, open_trace,
@@ -531,32 +532,29 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
     options = options or RunOptions()
     # Every check that needs no target comes before anything is opened or written.
     check_options(options)
-    if output is not None:
-        check_output_path(output)
     notices = [] if notices is None else notices
     source = _source(trace)
+    inputs = [(source.path, "the trace being replayed")] if isinstance(source, TraceSource) else []
+    tgt = None if target is None else inspect_target(str(target))  # reads only
+    if output is not None:
+        check_output(output, inputs=inputs, target=tgt, force=options.force)
     check_trace(source, options)
     if options.timing == Timing.causal:
         check_causal(source, options)
-    if output is not None and isinstance(source, TraceSource) and Path(output).exists() \
-            and Path(output).samefile(source.path):
-        raise ReplayError(f"the results path {output} is the trace being replayed: writing the "
-                          "results would replace it; choose another -o")
     scan = source.scan
     writes = scan.writes and not options.read_only
     cleanup = None
-    if options.engine == "null" and target is None:
+    if tgt is None and options.engine == "null":
         tgt = null_target(scan.span)
-    elif target is None:
+    elif tgt is None:
         tgt, cleanup = scratch_target(scan.span, writes=writes)
         notices.append(f"no target given: replaying on a scratch file of {remap.human_bytes(tgt.size)} "
                        f"({tgt.path}), removed afterwards")
-    else:
-        tgt = inspect_target(str(target))
     try:
-        if output is not None:
-            check_output(output, tgt)
         if writes and target is not None:
+            if inputs and tgt.kind == "file" and os.path.samefile(tgt.path, source.path):
+                raise TargetError(f"the target {target} is the trace being replayed: its writes would "
+                                  "overwrite it; give another TARGET, or --read-only")
             check_safe_to_write(tgt, options.destroy_data)
         mapping = remap.plan_mapping(scan.span, scan.max_length, tgt.size, tgt.logical_block_size,
                                      options.remap, target_path=tgt.path)
@@ -632,10 +630,12 @@ def _run(source, tgt, mapping, scan, options, output, writes, progress, notices,
     # lz4: half zstd's CPU time per row (0.12 vs 0.24 us), which the engine's host shares.
     try:
         writer = TraceWriter(output, columns, metadata, compression="lz4",
-                             group_rows=RESULT_GROUP_ROWS, journal_s=RESULT_FLUSH_S)
-    except OSError as e:
+                             group_rows=RESULT_GROUP_ROWS, journal_s=RESULT_FLUSH_S, force=options.force)
+    except (OSError, ReplayError) as e:  # ReplayError: another run claimed `output` meanwhile
         for rep in reps:
             rep.stop()
+        if isinstance(e, ReplayError):
+            raise
         raise ReplayError(f"cannot write the results in {output.parent or '.'} ({e.strerror or e}); "
                           "nothing was replayed") from None
     _notice_journals(output, writer.tmp_path, notices)
@@ -758,11 +758,11 @@ def _close_results(writer, merger, metadata: dict, cause=None) -> Path:
             f"`replay recover {e.journal}` makes the results file") from None
 
 
-def recover(journal, output=None) -> tuple[Path, int]:
+def recover(journal, output=None, force=False) -> tuple[Path, int]:
     """Turn the journal (`OUT.<hex>.partial`) that a killed or failed run left into its
     results file, OUT or `output`, marked interrupted, then removes it; returns (path, rows).
     The rows are the journal's up to its last complete batch; the summary is computed from
-    them."""
+    them. An existing results file is replaced only with `force`."""
     journal = Path(journal)
     if journal.is_file() and journal_in_use(journal):
         raise ReplayError(f"{journal} is still being written by a running replay, which makes "
@@ -772,8 +772,7 @@ def recover(journal, output=None) -> tuple[Path, int]:
         raise ReplayError(f"{journal} is not the journal of a replay run's results")
     name = journal.name.removesuffix(".partial")
     output = Path(output) if output else journal.with_name(name.rsplit(".", 1)[0] if "." in name else name)
-    if output.exists():
-        raise ReplayError(f"{output} already exists; give -o for the recovered results")
+    check_output(output, inputs=[(journal, "the journal being recovered")], force=force)
     summary, rows = RunSummary(), 0
 
     def counted():
@@ -789,7 +788,7 @@ def recover(journal, output=None) -> tuple[Path, int]:
                 "summary": summary.to_dict()}
 
     try:
-        path = convert_journal(journal, output, closing, "lz4", RESULT_GROUP_ROWS, counted())
+        path = convert_journal(journal, output, closing, "lz4", RESULT_GROUP_ROWS, counted(), force=force)
     except OSError as e:
         raise ReplayError(f"cannot write {output} ({e.strerror or e}); the journal is left as it "
                           "was") from None

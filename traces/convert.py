@@ -17,6 +17,7 @@ from traces import formats, schema
 from traces.errors import ReplayError, TraceFormatError
 from traces.formats.ordering import MAX_GAP_NS, OutlierLog, span_text
 from traces.formats.reading import InputMeter, open_text, prefetch
+from traces.outputs import Claim, check_output
 from traces.trace import TraceWriter, _check_chunk, open_trace
 
 REQUIRED = tuple(schema.TRACE_COLUMNS)
@@ -52,10 +53,11 @@ def sniff(path) -> str:
         path, f"cannot tell the trace format; name it with --format ({', '.join(formats.NAMES)})")
 
 
-def import_trace(paths, output, fmt=None, options=None, command=None, progress=None) -> tuple[Path, int]:
+def import_trace(paths, output, fmt=None, options=None, command=None, progress=None,
+                 force=False) -> tuple[Path, int]:
     """Read `paths` in format `fmt` (sniffed from the first file when None) into a trace at
     `output`, written atomically; returns (output, rows). `progress(done, total)` is called
-    with raw input bytes after each chunk.
+    with raw input bytes after each chunk. An existing `output` is replaced only with `force`.
     """
     paths = [Path(p) for p in paths]
     if not paths:
@@ -63,6 +65,7 @@ def import_trace(paths, output, fmt=None, options=None, command=None, progress=N
     for p in paths:
         if not p.is_file():
             raise TraceFormatError(p, "no such file" if not p.exists() else "not a regular file")
+    check_output(output, inputs=[(p, "an input") for p in paths], force=force)
     if fmt is None and _is_empty(paths[0]):
         raise TraceFormatError(paths[0], "the file is empty: there is nothing to import")
     name = fmt or sniff(paths[0])
@@ -106,7 +109,7 @@ def import_trace(paths, output, fmt=None, options=None, command=None, progress=N
     rows, last_ts = 0, None
     # Parsing (in a thread) overlaps compression and writing (here): both release the GIL.
     chunks = prefetch(chunks)
-    with without_gc(), TraceWriter(output, fields, metadata) as writer:
+    with without_gc(), TraceWriter(output, fields, metadata, force=force) as writer:
         for part in itertools.chain([first] if first is not None else [], chunks):
             part = {n: _as_column(n, part[n]) for n in names}
             if shift:
@@ -186,8 +189,9 @@ def _as_column(name, values):
 EXPORT_FORMATS = ("fio", "blktrace", "csv")
 
 
-def export_trace(trace, fmt, output, options=None) -> Path:
-    """Write trace (a path or library name) as `fmt` to `output`, atomically."""
+def export_trace(trace, fmt, output, options=None, force=False) -> Path:
+    """Write trace (a path or library name) as `fmt` to `output`, atomically; an existing
+    `output` is replaced only with `force`."""
     from traces.library import resolve
 
     if fmt not in EXPORT_FORMATS:
@@ -199,14 +203,16 @@ def export_trace(trace, fmt, output, options=None) -> Path:
     if module is None or not hasattr(module, "write"):
         raise ReplayError(f"export to {fmt} is not available in this version of tracereplay; "
                           f"use one of: {', '.join(f for f in EXPORT_FORMATS if _can_write(f))}")
-    opened = open_trace(resolve(trace))
-    output = Path(output)
-    tmp = output.with_name(f".{output.name}.{os.getpid()}.partial")
+    source = resolve(trace)
+    opened = open_trace(source)
+    output = check_output(output, inputs=[(source, "the trace being exported")], force=force)
+    claim = Claim(output, force)
     try:
-        module.write(opened, tmp, dict(options or {}))
-        os.replace(tmp, output)
+        module.write(opened, claim.tmp, dict(options or {}))
+        os.replace(claim.tmp, output)
     finally:
-        tmp.unlink(missing_ok=True)
+        claim.tmp.unlink(missing_ok=True)
+        claim.release()
     return output
 
 

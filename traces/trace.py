@@ -27,7 +27,6 @@ provenance          str      where the data came from and what was done to it
 Results files add keys of their own at close (a run summary, ``interrupted: true``).
 Unknown keys are kept as they are.
 """
-import fcntl
 import json
 import os
 import secrets
@@ -41,6 +40,7 @@ import pyarrow.parquet as pq
 
 from traces import schema
 from traces.errors import TraceFormatError
+from traces.outputs import Claim, held
 from traces.schema import Op
 
 DEFAULT_CHUNK_ROWS = 1 << 16
@@ -337,7 +337,7 @@ class TraceWriter:
     """
 
     def __init__(self, path, columns, metadata, compression="zstd", group_rows=None,
-                 journal_s=None):
+                 journal_s=None, force=True, claimed=False):
         self.path = Path(path)
         # The Parquet writer keeps ~7 KB of metadata per row group in memory until close: a
         # replay's results, written 65,536 rows at a time, grew a process by 63 MB over 325M
@@ -348,7 +348,12 @@ class TraceWriter:
         self._schema = pa.schema([pa.field(name, type_) for name, type_ in columns])
         self._metadata = _json_object(self.path, metadata, "metadata")
         self._metadata["schema_version"] = schema.SCHEMA_VERSION
-        self._tmp = self.path.with_name(f"{self.path.name}.{secrets.token_hex(4)}.partial")
+        # The claim (traces.outputs) keeps a second writer of `path` out while this one
+        # writes; without `force` it also refuses a `path` that exists. `claimed`: the
+        # caller holds the claim already (a journal being converted into `path`).
+        self._claim = None if claimed else Claim(self.path, force)
+        self._tmp = self._claim.tmp if self._claim else \
+            self.path.with_name(f"{self.path.name}.{secrets.token_hex(4)}.partial")
         self._journal_s = journal_s
         self._journal = None
         self._writer = None
@@ -361,8 +366,13 @@ class TraceWriter:
         except BaseException:
             self._close_quietly()
             self._tmp.unlink(missing_ok=True)
+            self._release()
             raise
         self._open = True
+
+    def _release(self):
+        if self._claim is not None:
+            self._claim.release()
 
     def _parquet_writer(self, path):
         # store_schema=False: Parquet's own logical types keep uint8/uint32, and without
@@ -393,9 +403,8 @@ class TraceWriter:
         # now, so that a run killed before any row is done still leaves a journal to read.
         self._journal.write_batch(pa.RecordBatch.from_pylist([], schema=self._schema))
         self._sink_fd = os.open(self._tmp, os.O_RDONLY)  # for fsync; OSFile has no fileno
-        # Held while the journal is written (the kernel drops it with the process, however
-        # it dies): `journal_in_use` tells a live journal from a killed run's.
-        fcntl.flock(self._sink_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # The claim's flock is held while the journal is written (the kernel drops it with
+        # the process, however it dies): `journal_in_use` tells a live journal from a killed run's.
         _fsync_directory(self._tmp.parent)  # the journal's name survives a power cut too
         # fsync from a thread every journal_s while rows came: a write followed by a long
         # idle stretch (a timed trace's quiet hour) is on the disk journal_s later too.
@@ -499,6 +508,7 @@ class TraceWriter:
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        self._release()
 
     def _close_journal(self, extra) -> Path:
         """The journal, ended and synced, converted into the Parquet file at `path`."""
@@ -509,14 +519,17 @@ class TraceWriter:
             os.fsync(self._sink_fd)
         except BaseException as exc:
             self._close_quietly()
+            self._release()
             if isinstance(exc, OSError):
                 raise JournalKept(self._tmp, self.rows, exc) from None
             raise
         self._close_quietly()
         try:
-            convert_journal(self._tmp, self.path, extra, self._compression, self._group_rows)
+            convert_journal(self._tmp, self.path, extra, self._compression, self._group_rows, claimed=True)
         except OSError as exc:
             raise JournalKept(self._tmp, self.rows, exc) from None
+        finally:
+            self._release()
         self._tmp.unlink(missing_ok=True)
         return self.path
 
@@ -524,6 +537,7 @@ class TraceWriter:
         """Stop writing and leave the journal where it is (for `read_journal`); returns it."""
         self._open = False
         self._close_quietly()
+        self._release()
         return self._tmp
 
     def _close_quietly(self):
@@ -551,6 +565,7 @@ class TraceWriter:
         self._open = False
         self._close_quietly()
         self._tmp.unlink(missing_ok=True)
+        self._release()
 
     def _check_open(self):
         if not self._open:
@@ -575,14 +590,7 @@ class JournalKept(OSError):
 
 def journal_in_use(path) -> bool:
     """True while a TraceWriter is still writing the journal at `path`."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return held(path)
 
 
 def read_journal(path) -> tuple[pa.Schema, dict, Iterator[pa.RecordBatch]]:
@@ -612,16 +620,17 @@ def read_journal(path) -> tuple[pa.Schema, dict, Iterator[pa.RecordBatch]]:
 
 
 def convert_journal(journal, path, extra_metadata=None, compression="lz4", group_rows=None,
-                    batches=None) -> Path:
+                    batches=None, force=True, claimed=False) -> Path:
     """Write a journal's rows as the Parquet file `path` (atomically), merging
     `extra_metadata` (or what it returns, when it is a function called once every row is
     written) into the metadata the journal was opened with. `batches` replaces the journal's
-    own (a caller that looks at each batch on the way)."""
+    own (a caller that looks at each batch on the way). `force` and `claimed` as for TraceWriter."""
     journal_schema, metadata, own = read_journal(journal)
     columns = [(f.name, f.type) for f in journal_schema]
     metadata.pop("schema_version", None)
     group_rows = group_rows or MAX_ROW_GROUP_ROWS
-    out = TraceWriter(path, columns, metadata, compression=compression, group_rows=group_rows)
+    out = TraceWriter(path, columns, metadata, compression=compression, group_rows=group_rows,
+                      force=force, claimed=claimed)
     try:
         for batch in own if batches is None else batches:
             if batch.num_rows:

@@ -15,6 +15,7 @@ from replay.bench.options import (DATA_PATTERN, FILL_BLOCK, FORMAT, KIB, MIB, MI
                                   VERSION, BenchError, BenchOptions)
 from replay.runner import GeneratorSource, RunOptions, null_target, replay
 from synth import generators as g
+from traces.outputs import check_output
 from traces.targets import check_safe_to_write, inspect_target
 from traces.trace import open_trace
 from traces.units import human_bytes
@@ -86,10 +87,24 @@ class Bench:
                 f"{usable} or less, or a larger target")
         if self.target.kind == "block":
             check_safe_to_write(self.target, o.destroy_data)
+        self._check_out_dir()
         self.runs: list[dict] = []
         self.scores: dict = {}
         self.started = datetime.now(timezone.utc).isoformat()
         self.preset = None  # set by run_bench for a seed preset: its name, seed and overrides
+
+    def _check_out_dir(self):
+        """Refuse, before the fill, a results directory whose files would replace something:
+        results.json a device node or the target, or a file target inside it, where each run's
+        results file is replaced by name."""
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise BenchError(f"the results directory {self.out_dir} is not a directory; give a new "
+                             "or existing directory")
+        if self.target.kind == "file" and Path(self.target.path).parent == self.out_dir.resolve():
+            raise BenchError(f"the target {self.target.path} is inside the results directory "
+                             f"{self.out_dir}, whose files the runs replace; move it or choose another -o")
+        if self.out_dir.is_dir():
+            check_output(self.out_dir / "results.json", target=self.target, force=True)
 
     # ---- running ---------------------------------------------------------------------------
 
@@ -127,6 +142,7 @@ class Bench:
         chunk_rows = o.chunk_rows if afap else min(o.chunk_rows, 4096)
         options = RunOptions(timing="afap" if afap else "original", qd=qd, workers=workers, engine=o.engine,
                              destroy_data=True,  # checked once, before the first run
+                             force=True,  # -o DIR's files of the same names are replaced
                              time_limit_s=time_limit_s, chunk_rows=chunk_rows, data=data)
         file = f"{name}.parquet"
         parameters = {"generator": generator.name, **generator.parameters(), "afap": afap,

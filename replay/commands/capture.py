@@ -42,6 +42,10 @@ def capture(
     name: Annotated[Optional[str], typer.Option(
         help="Name stored in the trace's metadata; default: the output file's name without "
              ".parquet.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force",
+        help="Replace the -o file if it exists. Without it an existing file is refused, and never "
+             "is one that another process is writing.")] = False,
 ):
     """Trace DEVICE's block I/O while COMMAND runs, for --duration seconds, or until Ctrl-C.
 
@@ -63,7 +67,7 @@ def capture(
     try:
         result = run_capture(device, output, command=command or None, duration=duration,
                              backend=backend.value, strict=strict, name=name, notices=notices,
-                             on_start=started)
+                             on_start=started, force=force)
     except ReplayError as e:
         for n in notices:
             typer.echo(f"note: {n}", err=True)

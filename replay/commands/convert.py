@@ -111,6 +111,10 @@ def import_(
         "--jobs", "-j", min=1,
         help="With -o DIR and no --cluster: how many files are imported at once, each in its own "
              "process (default: one per core).")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force",
+        help="Replace the -o file if it exists. Without it an existing file is refused, and never "
+             "is one that another process is writing.")] = False,
 ):
     """Import traces in a public or tool format into a validated Parquet trace.
 
@@ -129,7 +133,7 @@ def import_(
     progress = _Progress()
     try:
         out, rows = import_trace(files, output, format.value if format else None, options,
-                                 command=command, progress=progress)
+                                 command=command, progress=progress, force=force)
     except ReplayError as e:
         progress.close()
         fail(e)
@@ -197,6 +201,10 @@ def export(
     output: Annotated[Path, typer.Option(
         "--output", "-o",
         help="The file to write. It appears only when the export succeeded.")],
+    force: Annotated[bool, typer.Option(
+        "--force",
+        help="Replace the -o file if it exists. Without it an existing file is refused, and never "
+             "is one that another process is writing.")] = False,
 ):
     """Export a trace for other tools: fio, blktrace or CSV.
 
@@ -206,7 +214,7 @@ def export(
     from traces.convert import export_trace
 
     try:
-        out = export_trace(trace, format.value, output)
+        out = export_trace(trace, format.value, output, force=force)
     except ReplayError as e:
         fail(e)
     typer.echo(f"exported {trace} as {format.value} to {out}")

@@ -15,6 +15,10 @@ def recover(
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o",
         help="Results file to write (Parquet). Default: OUT, the run's own results path.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force",
+        help="Replace the -o file if it exists. Without it an existing file is refused, and never "
+             "is one that another process is writing.")] = False,
 ):
     """Make the results file of a run that did not finish, from the journal it left.
 
@@ -27,7 +31,7 @@ def recover(
     from replay.runner import recover as run_recover
 
     try:
-        path, rows = run_recover(journal, output)
+        path, rows = run_recover(journal, output, force=force)
     except (ReplayError, ValueError) as e:
         fail(e)
     typer.echo(f"recovered {rows} I/Os from {journal}: {path}, marked interrupted")

@@ -160,6 +160,10 @@ def run(
         "--output", "-o",
         help="Results file (Parquet). Default: TRACE-TARGET-TIMESTAMP.parquet in the current "
              "directory.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force",
+        help="Replace the -o file if it exists. Without it an existing file is refused, and never "
+             "is one that another process is writing.")] = False,
     json_out: Annotated[bool, typer.Option(
         "--json",
         help="Print the summary as JSON, with fio's key names, instead of a table.")] = False,
@@ -186,6 +190,7 @@ def run(
     options = RunOptions(speed=speed, timing=_timing(timing, afap).value, qd=qd, max_inflight=max_inflight,
                          workers=workers, engine=engine and engine.value, remap=remap.value,
                          read_only=read_only, dry_run=dry_run, data=data, destroy_data=destroy_data,
+                         force=force,
                          think_scale=think_scale, heuristic=heuristic.value, calibrate=calibrate)
     if plan is not None or cluster is not None:
         from replay.commands.cluster import run_on_cluster

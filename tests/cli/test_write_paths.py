@@ -98,3 +98,143 @@ def test_a_block_device_behind_an_idle_loop_device_needs_destroy_data(tmp_path, 
         assert done.returncode == 0, done.stderr
     finally:
         subprocess.run(["losetup", "--detach", upper], capture_output=True)
+
+
+# ---- 2. -o at a device node -----------------------------------------------------------------
+
+
+@pytest.mark.root
+def test_run_results_at_a_character_device_node_are_refused(tmp_path):
+    node = node_like(tmp_path / "null", "/dev/null")
+    done = replay_cli("run", "demo", "--engine", "null", "--speed", "100", "-o", node)
+    refused(done, f"{node} is a character device")
+    assert stat.S_ISCHR(os.stat(node).st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["null"]
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_run_results_at_the_block_target_itself_are_refused(tmp_path, loop_device):
+    device = node_like(tmp_path / "b", loop_device(16 * MIB))
+    image = tmp_path / "disk0.img"
+    before = digest(image)
+    done = replay_cli("run", "demo", device, "--afap", "--remap", "wrap", "-o", device)
+    refused(done, f"{device} is a block device")
+    assert stat.S_ISBLK(os.stat(device).st_mode) and digest(image) == before
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_capture_to_a_device_node_is_refused_before_tracing(tmp_path, loop_device):
+    device = loop_device(16 * MIB)
+    node = node_like(tmp_path / "null", "/dev/null")
+    done = replay_cli("capture", device, "-o", node, "--duration", "0.2")
+    refused(done, f"{node} is a character device")
+    assert stat.S_ISCHR(os.stat(node).st_mode)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("command", ["import", "export"])
+def test_import_and_export_to_a_device_node_are_refused(tmp_path, demo, command):
+    node = node_like(tmp_path / "null", "/dev/null")
+    if command == "import":
+        export_trace(demo, "csv", tmp_path / "d.csv")
+        done = replay_cli("import", tmp_path / "d.csv", "-o", node)
+    else:
+        done = replay_cli("export", demo, "--format", "csv", "-o", node)
+    refused(done, f"{node} is a character device")
+    assert stat.S_ISCHR(os.stat(node).st_mode)
+
+
+@pytest.mark.root
+def test_bench_results_over_a_device_node_are_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    node = node_like(out / "results.json", "/dev/null")
+    done = replay_cli("bench", "mix", "--engine", "null", "-o", out, "--duration", "0.05",
+                      "--no-fill", "--qd", "1", "--read-shares", "100")
+    refused(done, f"{node} is a character device")
+    assert stat.S_ISCHR(os.stat(node).st_mode) and os.listdir(out) == ["results.json"]
+
+
+# ---- 3. the trace as the target ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags", [[], ["--destroy-data"]], ids=["plain", "destroy-data"])
+def test_the_trace_is_never_the_target(tmp_path, demo, flags):
+    before = digest(demo)
+    done = replay_cli("run", demo, demo, "--afap", "--remap", "wrap", *flags, "-o", tmp_path / "out.parquet")
+    refused(done, f"the target {demo} is the trace being replayed")
+    assert digest(demo) == before and not (tmp_path / "out.parquet").exists()
+
+
+# ---- 4. capture, import and export check -o too --------------------------------------------
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_capture_never_replaces_the_image_behind_its_device(tmp_path, loop_device):
+    device = loop_device(16 * MIB)
+    image = tmp_path / "disk0.img"
+    before = digest(image)
+    done = replay_cli("capture", device, "-o", image, "--duration", "0.2")
+    refused(done, f"{image} backs {device}")
+    assert image.stat().st_size == 16 * MIB and digest(image) == before
+
+
+def test_import_never_replaces_its_input(tmp_path, demo):
+    source = tmp_path / "d.csv"
+    export_trace(demo, "csv", source)
+    before = digest(source)
+    done = replay_cli("import", source, "-o", source)
+    refused(done, f"{source} is an input")
+    assert digest(source) == before
+
+
+def test_export_never_replaces_the_trace(tmp_path, demo):
+    before = digest(demo)
+    done = replay_cli("export", demo, "--format", "csv", "-o", demo)
+    refused(done, f"{demo} is the trace being exported")
+    assert digest(demo) == before
+
+
+# ---- 5. one -o, one writer -----------------------------------------------------------------
+
+
+def _writes(command, tmp_path, demo, out):
+    """The arguments of `command` writing `out` quickly, without root."""
+    if command == "run":
+        return ["run", demo, "--engine", "null", "--afap", "-o", out]
+    if command == "import":
+        export_trace(demo, "csv", tmp_path / "d.csv")
+        return ["import", tmp_path / "d.csv", "-o", out]
+    return ["export", demo, "--format", "csv", "-o", out]
+
+
+@pytest.mark.parametrize("command", ["run", "import", "export"])
+def test_an_existing_output_is_replaced_only_with_force(tmp_path, demo, command):
+    out = tmp_path / "out.file"
+    out.write_text("an earlier result")
+    args = _writes(command, tmp_path, demo, out)
+    refused(replay_cli(*args), f"{out} already exists", "--force")
+    assert out.read_text() == "an earlier result"
+    done = replay_cli(*args, "--force")
+    assert done.returncode == 0, done.stderr
+    assert out.stat().st_size > len("an earlier result")
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]], ids=["plain", "force"])
+def test_a_second_run_into_an_output_being_written_is_refused(tmp_path, demo, force):
+    out = tmp_path / "out.parquet"
+    # The demo's 10 s at original timing: long enough to start the second run meanwhile.
+    with replay_process("run", demo, "--engine", "null", "-o", out) as first:
+        wait_for(first, lambda: list(tmp_path.glob("out.parquet.*.partial")), "the first run's start")
+        second = replay_cli("run", demo, "--engine", "null", "--afap", "-o", out, *force)
+        refused(second, f"another process is writing {out}")
+        assert first.poll() is None
+        first.send_signal(2)
+        first.communicate(timeout=60)
+    assert first.returncode == 130
+    from traces.trace import open_trace
+
+    assert open_trace(out).metadata["interrupted"] is True  # the first run's rows, not the second's

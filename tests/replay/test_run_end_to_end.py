@@ -140,7 +140,8 @@ def test_null_engine_replays_the_demo_trace_row_for_row(tmp_path):
 def test_deadlines_are_monotone_and_never_run_early(tmp_path, gaps, speed):
     ts = np.cumsum(gaps)
     trace = make_trace(tmp_path / "t.parquet", [(t, R, 0, 4096) for t in ts])
-    cols, _ = results(replay(trace, None, RunOptions(engine="null", speed=speed),
+    # force: hypothesis runs every example in the same tmp_path.
+    cols, _ = results(replay(trace, None, RunOptions(engine="null", speed=speed, force=True),
                              output=tmp_path / "out.parquet"))
     assert np.all(np.diff(cols["intended_ns"]) >= 0)
     assert np.all(cols["issue_ns"] >= cols["intended_ns"])
@@ -358,7 +359,7 @@ def test_a_block_device_is_released_when_the_run_returns(tmp_path, loop_device):
     # Dropping a ring frees it in a kernel worker; before the engine unregistered its
     # files first, the claim outlived ~29 runs in 30 by 10-30 ms. Three runs make it certain.
     for attempt in range(3):
-        replay(trace, device, RunOptions(engine="io_uring"), output=tmp_path / "out.parquet")
+        replay(trace, device, RunOptions(engine="io_uring"), output=tmp_path / f"out{attempt}.parquet")
         os.close(os.open(device, os.O_RDONLY | os.O_EXCL))  # EBUSY while still claimed
 
 

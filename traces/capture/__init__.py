@@ -25,6 +25,7 @@ from traces import schema
 from traces.capture import blktrace as blktrace_backend
 from traces.capture.records import build, sleeps
 from traces.capture.tracefs import CaptureError, TracefsSession
+from traces.outputs import check_output
 from traces.trace import MAX_ROW_GROUP_ROWS, TraceWriter
 
 __all__ = ["CaptureError", "CaptureResult", "capture", "device_info", "recipes"]
@@ -217,11 +218,12 @@ def _end_command(proc) -> int | None:
 def capture(device: str, output, *, command: list[str] | None = None, duration: float | None = None,
             backend: str = "auto", strict: bool = False, name: str | None = None,
             buffer_kb: int | None = None, notices: list | None = None,
-            stop: threading.Event | None = None, on_start=None) -> CaptureResult:
+            stop: threading.Event | None = None, on_start=None, force: bool = False) -> CaptureResult:
     """Trace `device` while `command` runs, for `duration` seconds, or until SIGINT/SIGTERM/`stop`.
 
     `on_start(backend)` is called once events are being recorded, before `command` starts.
-    Writes the trace to `output` atomically and returns what was captured. Raises
+    Writes the trace to `output` atomically (an existing one is replaced only with `force`;
+    traces.outputs decides, before tracing starts) and returns what was captured. Raises
     CaptureError when the capture cannot run, or with strict=True when events were lost
     (then no trace is written). Everything set up is removed however this returns.
     """
@@ -229,15 +231,14 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
     output = Path(output)
     if duration is not None and not 0 < duration < math.inf:  # nan too: it would never end
         raise CaptureError(f"--duration takes a finite number of seconds above 0, not {duration:g}")
-    if not output.parent.is_dir():
-        raise CaptureError(f"{output.parent}: no such directory for the output trace")
+    check_output(output, force=force)
     if os.geteuid() != 0:
         raise CaptureError("capture needs root (tracefs and block devices); run it with sudo")
     info = device_info(device)
     chosen = _choose_backend(backend, device, notices)
     if chosen == "blktrace":
         return _capture_blktrace(device, output, info, command, duration, strict, name, notices, stop,
-                                 on_start)
+                                 on_start, force)
 
     with _Stopper(stop) as stopper:
         with TracefsSession(info["dev_t"], buffer_kb=buffer_kb) as session:
@@ -284,7 +285,7 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
         notices.append(f"{built.unmatched_issues} requests were still in flight at the end; "
                        "their latency_ns is -1")
     metadata = _metadata(info, output, name, command, wall, "tracefs", duration, capture_meta)
-    _write(output, cols, metadata)
+    _write(output, cols, metadata, force)
     return CaptureResult(output, len(cols["ts_ns"]), "tracefs", lost, metadata, interrupted, status, notices,
                          stopper.signal if interrupted else None)
 
@@ -313,17 +314,18 @@ def _metadata(info, output, name, command, wall, backend, duration, capture_meta
     }
 
 
-def _write(output: Path, cols: dict, metadata: dict) -> None:
+def _write(output: Path, cols: dict, metadata: dict, force: bool) -> None:
     names = list(schema.TRACE_ARROW_SCHEMA.names) + [n for n in schema.OPTIONAL_COLUMNS if n in cols]
     types = {f.name: f.type for f in schema.TRACE_ARROW_SCHEMA}
     types.update(schema.OPTIONAL_COLUMNS)
-    with TraceWriter(output, [(n, types[n]) for n in names], metadata) as writer:
+    with TraceWriter(output, [(n, types[n]) for n in names], metadata, force=force) as writer:
         total = len(cols["ts_ns"])
         for start in range(0, max(total, 1), MAX_ROW_GROUP_ROWS):
             writer.write({n: cols[n][start:start + MAX_ROW_GROUP_ROWS] for n in names})
 
 
-def _capture_blktrace(device, output, info, command, duration, strict, name, notices, stop, on_start):
+def _capture_blktrace(device, output, info, command, duration, strict, name, notices, stop, on_start,
+                      force):
     """The blktrace path: run blktrace around the command, then decode its stream."""
     with _Stopper(stop) as stopper:
         with blktrace_backend.BlktraceSession(info["path"]) as session:
@@ -339,6 +341,6 @@ def _capture_blktrace(device, output, info, command, duration, strict, name, not
     capture_meta = {"backend": "blktrace", "lost_events": lost, "interrupted": interrupted,
                     "command_status": status, "decoder": fmt_meta}
     metadata = _metadata(info, output, name, command, wall, "blktrace", duration, capture_meta)
-    _write(output, cols, metadata)
+    _write(output, cols, metadata, force)
     return CaptureResult(output, len(cols["ts_ns"]), "blktrace", lost, metadata, interrupted, status, notices,
                          stopper.signal if interrupted else None)
