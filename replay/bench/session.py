@@ -13,6 +13,7 @@ from analysis import scoring
 from replay.bench import procedures
 from replay.bench.options import (DATA_PATTERN, FILL_BLOCK, FORMAT, KIB, MIB, MIX_SPAN, TESTS,
                                   VERSION, BenchError, BenchOptions)
+from replay.options import MAX_DEPTH, MAX_WORKERS
 from replay.runner import GeneratorSource, RunOptions, null_target, replay
 from synth import generators as g
 from traces.outputs import check_output
@@ -47,8 +48,6 @@ class Bench:
                                  f"seconds, not {value}")
         if not 0.0 <= o.read_share <= 1.0:
             raise BenchError(f"--read-share must be from 0 to 100 percent, not {o.read_share * 100:g}")
-        if any(q < 1 for q in o.qd_scaling):
-            raise BenchError(f"--qd-scaling needs queue depths of at least 1, not {o.qd_scaling}")
         if o.act_latency not in scoring.ACT_LATENCY:
             raise BenchError(f"--act-latency must be intended (the queue-era ACT) or issue "
                              f"(ACT 6), not {o.act_latency!r}")
@@ -75,9 +74,17 @@ class Bench:
             if not re.fullmatch(DATA_PATTERN, pattern):
                 raise BenchError(f"--data {pattern!r} is not a data pattern: use random, zeros "
                                  "or compressible:PCT with PCT from 0 to 100")
+        # Every option the runs would refuse is refused here, before the fill writes the target.
         for w, q in o.qd_splits or ():
-            if w < 1 or q < 1:
-                raise BenchError(f"a queue-depth split needs at least 1 worker at QD1, not {w}x{q}")
+            if not (1 <= w <= MAX_WORKERS and 1 <= q <= MAX_DEPTH):
+                raise BenchError(f"a queue-depth split takes 1 to {MAX_WORKERS} workers at QD 1 to "
+                                 f"{MAX_DEPTH}, not {w}x{q}")
+        if any(not 1 <= q <= MAX_DEPTH for q in o.qd_scaling):
+            raise BenchError(f"--qd-scaling takes queue depths from 1 to {MAX_DEPTH}, not "
+                             f"{','.join(map(str, o.qd_scaling))}")
+        for size in o.block_sizes or ():
+            if size <= 0 or size % 512:
+                raise BenchError(f"--block-sizes takes positive multiples of 512 bytes, not {size}")
         if self.span <= 0 or self.span % (4 * KIB):
             raise BenchError(f"--span must be a positive multiple of 4 KiB, not {self.span} bytes")
         if self.span > self.target.size:

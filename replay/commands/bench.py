@@ -49,9 +49,11 @@ def _percent(text: str) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value <= 100:
-        raise ReplayError(f"{text!r} is not a read share: give percent from 0 to 100, for example 70")
-    return value / 100
+    # Whole percents only: runs are named and scored by them (50.5 ran and was scored as 50).
+    if not (0 <= value <= 100 and value == int(value)):
+        raise ReplayError(f"{text!r} is not a read share: give a whole percent from 0 to 100, "
+                          "for example 70")
+    return int(value) / 100
 
 
 def _whole(text: str, option: str) -> int:
