@@ -7,7 +7,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import typer  # noqa: E402
 
-from replay.commands import bench, capture, compare, convert, library, recover, report, run, verdict  # noqa: E402
+from replay.commands import (bench, capture, compare, convert, library, recover, report, run,  # noqa: E402
+                             suite, verdict)
 
 app = typer.Typer(
     help="tracereplay: replay real block I/O traces against drives and files.",
@@ -24,6 +25,7 @@ app.command("report")(report.report)
 app.command("verdict")(verdict.verdict)
 app.command("compare")(compare.compare)
 app.command("bench")(bench.bench)
+app.command("suite")(suite.suite)
 app.command("recover")(recover.recover)
 
 

@@ -22,6 +22,19 @@ from traces.trace import open_trace
 from traces.units import human_bytes
 
 
+def write_index(out_dir: Path, doc: dict) -> None:
+    """Write a results set's index, DIR/results.json, whole or not at all: a crash keeps the
+    last one written."""
+    tmp = out_dir / f".results.json.{os.getpid()}.partial"
+    tmp.write_text(json.dumps(doc, indent=1, allow_nan=False))
+    os.replace(tmp, out_dir / "results.json")
+
+
+def fill_generator(span: int, passes: int = 1, seed: int = 0):
+    """The reviews' fill: sequential 128 KiB writes over `span` bytes from offset 0."""
+    return g.sequential_fill(span=span, passes=passes, block_size=FILL_BLOCK, seed=seed)
+
+
 class Stopped(Exception):
     """A run was interrupted (Ctrl-C): the suite ends, keeping what it has."""
 
@@ -134,9 +147,7 @@ class Bench:
                         for k, v in asdict(self.options).items()},
             "runs": self.runs, "scores": self.scores,
         }
-        tmp = self.out_dir / f".results.json.{os.getpid()}.partial"
-        tmp.write_text(json.dumps(results, indent=1, allow_nan=False))
-        os.replace(tmp, self.out_dir / "results.json")
+        write_index(self.out_dir, results)
         return results
 
     def run_one(self, name, role, generator, *, qd=32, workers=1, afap=True,
@@ -189,9 +200,7 @@ class Bench:
 
     def fill(self, name="fill", passes=1, data="random"):
         if self.options.fill:
-            self.run_one(name, "precondition",
-                         g.sequential_fill(span=self.fill_span, passes=passes,
-                                           block_size=FILL_BLOCK, seed=self.options.seed),
+            self.run_one(name, "precondition", fill_generator(self.fill_span, passes, self.options.seed),
                          data=data)
 
 

@@ -1,7 +1,6 @@
 """`replay run TRACE [TARGET]`: replay a trace on a drive or a file and summarise it."""
 import json
 import signal
-import sys
 import time
 from enum import Enum
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from replay import signals
-from replay.commands import fail
+from replay.commands import Notes, Progress, fail, refusing
 from replay.options import Engine, Timing
 from replay.remap import MODES as REMAP_MODES
 from traces.errors import ReplayError
@@ -29,55 +28,6 @@ Remap = Enum("Remap", {name: name for name in REMAP_MODES}, type=str)
 # Exit statuses of `replay run`, as docs/replaying.md lists them.
 EXIT_IO_FAILED = 3  # the run finished, but some I/Os failed (their -errno is in the results)
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT); 128 + the signal: 143 SIGTERM, 129 SIGHUP. I/Os done are kept
-
-
-class _Progress:
-    """A progress bar on stderr when it is a terminal, from the first I/O: I/Os done of the
-    total, time elapsed and left, IOPS. The runner calls it several times a second."""
-
-    def __init__(self):
-        self.bar = None
-        self.task = None
-
-    def __call__(self, done, total, elapsed):
-        if self.bar is None:
-            if not sys.stderr.isatty():
-                return
-            from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
-
-            self.bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TextColumn("I/Os"),
-                                TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-                                TextColumn("{task.fields[iops]}"),
-                                console=Console(stderr=True), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task("replay", total=total, iops="")
-        self.bar.update(self.task, completed=done, iops=f"{done / max(elapsed, 1e-9):,.0f} IOPS")
-
-    def echo(self, line):
-        """Print a line on stderr, above the bar while it shows."""
-        if self.bar is not None:
-            self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
-        else:
-            typer.echo(line, err=True)
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.stop()
-
-
-class _Notes(list):
-    """The run's notes, each printed as the runner adds it: those about the set-up (a scratch
-    file, an engine fallback) come before the run starts, not after it."""
-
-    def __init__(self, progress):
-        super().__init__()
-        self.progress = progress
-
-    def append(self, note):
-        super().append(note)
-        self.progress.echo(f"note: {note}")
 
 
 def _timing(timing: Timing | None, afap: bool) -> Timing:
@@ -196,21 +146,11 @@ def run(
         from replay.commands.cluster import run_on_cluster
 
         return run_on_cluster(trace, target, options, plan, cluster, output, json_out)
-    progress = _Progress()
-    notices = _Notes(progress)
+    progress = Progress()
+    notices = Notes(progress)
     started = time.monotonic()
-    try:
+    with refusing(progress, "the first I/O"):  # after it, the runner keeps what was done
         outcome = replay(trace, target, options, output=output, progress=progress, notices=notices)
-    except ReplayError as e:
-        progress.close()
-        fail(e)
-    except KeyboardInterrupt as e:  # before the first I/O: the run has nothing to keep
-        progress.close()
-        typer.echo(f"interrupted by {signals.name(signals.signum_of(e))} before the first I/O: "
-                   "nothing was replayed or written", err=True)
-        raise typer.Exit(signals.exit_status(signals.signum_of(e))) from None
-    finally:
-        progress.close()
     if dry_run:
         typer.echo(f"dry run: the trace and {outcome.target.path} check out; nothing was issued")
         return
