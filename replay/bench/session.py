@@ -30,6 +30,20 @@ def write_index(out_dir: Path, doc: dict) -> None:
     os.replace(tmp, out_dir / "results.json")
 
 
+def check_out_dir(out_dir: Path, target) -> None:
+    """Refuse, before anything is written, a results directory whose files would replace
+    something: results.json a device node or the target, or a file target inside it, where
+    each run's results file is replaced by name."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BenchError(f"the results directory {out_dir} is not a directory; give a new "
+                         "or existing directory")
+    if target.kind == "file" and Path(target.path).parent == out_dir.resolve():
+        raise BenchError(f"the target {target.path} is inside the results directory "
+                         f"{out_dir}, whose files the runs replace; move it or choose another -o")
+    if out_dir.is_dir():
+        check_output(out_dir / "results.json", target=target, force=True)
+
+
 def fill_generator(span: int, passes: int = 1, seed: int = 0):
     """The reviews' fill: sequential 128 KiB writes over `span` bytes from offset 0."""
     return g.sequential_fill(span=span, passes=passes, block_size=FILL_BLOCK, seed=seed)
@@ -107,24 +121,11 @@ class Bench:
                 f"{usable} or less, or a larger target")
         if self.target.kind == "block":
             check_safe_to_write(self.target, o.destroy_data)
-        self._check_out_dir()
+        check_out_dir(self.out_dir, self.target)
         self.runs: list[dict] = []
         self.scores: dict = {}
         self.started = datetime.now(timezone.utc).isoformat()
         self.preset = None  # set by run_bench for a seed preset: its name, seed and overrides
-
-    def _check_out_dir(self):
-        """Refuse, before the fill, a results directory whose files would replace something:
-        results.json a device node or the target, or a file target inside it, where each run's
-        results file is replaced by name."""
-        if self.out_dir.exists() and not self.out_dir.is_dir():
-            raise BenchError(f"the results directory {self.out_dir} is not a directory; give a new "
-                             "or existing directory")
-        if self.target.kind == "file" and Path(self.target.path).parent == self.out_dir.resolve():
-            raise BenchError(f"the target {self.target.path} is inside the results directory "
-                             f"{self.out_dir}, whose files the runs replace; move it or choose another -o")
-        if self.out_dir.is_dir():
-            check_output(self.out_dir / "results.json", target=self.target, force=True)
 
     # ---- running ---------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from analysis.compare import target_label
 from analysis.results import Results
 from analysis.suite import SuiteScores, score_results
 from replay.bench.options import FORMAT, VERSION
-from replay.bench.session import fill_generator, write_index
+from replay.bench.session import check_out_dir, fill_generator, write_index
 from replay.runner import GeneratorSource, RunOptions, TraceSource, null_target, replay
 from traces import library
 from traces.errors import ReplayError
@@ -91,15 +91,14 @@ class Suite:
             raise SuiteError(f"--library {directory}: no such directory")
         self.target_arg = None if target is None else str(target)
         self.out_dir = Path(out_dir)
-        if self.out_dir.exists() and not self.out_dir.is_dir():
-            raise SuiteError(f"the results directory {self.out_dir} is not a directory; give a new "
-                             "or existing directory")
         self.progress, self.notices = progress, [] if notices is None else notices
         self.paths = {name: directory / f"{name}{library.SUFFIX}"
                       for name in select(directory, o.only, o.skip)}
+        # DIR's files of the same names are replaced, as a bench's are.
         self.run_options = RunOptions(timing=o.timing, engine=o.engine, remap=o.remap,
-                                      calibrate=o.calibrate, destroy_data=o.destroy_data)
+                                      calibrate=o.calibrate, destroy_data=o.destroy_data, force=True)
         self.target = null_target(0) if target is None else inspect_target(self.target_arg)
+        check_out_dir(self.out_dir, self.target)
         self.rows = self._check()
         # Checked once, above, as the bench does: the workloads' own writes (their captures ran
         # on filesystems) leave signatures that would refuse the next one.
@@ -158,7 +157,8 @@ class Suite:
         """--state full: the whole target written with 128 KiB sequential writes, as the bench
         fills it."""
         gen = fill_generator(self.target.size)
-        options = RunOptions(timing="afap", qd=32, engine=self.options.engine, destroy_data=True)
+        options = RunOptions(timing="afap", qd=32, engine=self.options.engine, destroy_data=True,
+                             force=True)
         outcome = self._replay("fill", "precondition", GeneratorSource(gen, "fill"), options, 0,
                                gen.count, "filling")
         if outcome.interrupted:

@@ -68,6 +68,10 @@ def test_a_suite_on_the_null_engine_is_one_results_set_scored_from_its_files(tmp
     overall = doc["scores"]["suite"]["overall"]
     assert overall["ios"] == sum(CUTS.values())
     assert overall["run_time_ns"] == sum(w["run_time_ns"] for w in by_name.values())
+    # Run again into the same directory: its files are replaced, as a bench's are.
+    again = suite_cli("--engine", "null", "--library", lib, "-o", out, "--only", "oltp", "--json")
+    assert again.returncode == 0, again.stderr
+    assert [r["name"] for r in json.loads(again.stdout)["runs"]] == ["oltp"]
 
 
 @pytest.mark.parametrize("args, says", [
