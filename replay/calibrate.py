@@ -108,3 +108,21 @@ def host_costs(target: str, engine: str | None, notices: list) -> np.ndarray | N
 def can_calibrate(kind: str) -> bool:
     """A block device can be traced at the block layer by root; a file shares its device."""
     return kind == "block" and os.geteuid() == 0
+
+
+def for_run(target, engine: str | None, writes: bool, notices: list) -> np.ndarray | None:
+    """For a causal replay on `target` (traces.targets.Target): the replayer's own time per
+    I/O there, measured before the run opens it; None, with a notice saying why, where it
+    cannot be."""
+    if engine == "null":
+        return None
+    if not writes:
+        notices.append("causal timing: this trace does not write, so the replayer's own time per I/O is "
+                       "not measured on the target (its probes write); think times are replayed as captured")
+        return None
+    if not can_calibrate(target.kind):
+        notices.append("causal timing: the replayer's own time per I/O is measured on a block device, as "
+                       "root; here each think time is replayed as captured, with the replayer's own "
+                       "submission added to it")
+        return None
+    return host_costs(target.path, engine, notices)

@@ -2,6 +2,7 @@
 as Ctrl-C does: they raise `Interrupted`, a KeyboardInterrupt that remembers its signal, so
 every path that keeps a run's rows on Ctrl-C keeps them on these too.
 """
+import functools
 import signal
 import threading
 
@@ -86,3 +87,23 @@ class StopSignals:
 
 def _ours(handler) -> bool:
     return getattr(handler, "__func__", None) is StopSignals._handle
+
+
+def stop_signals(fn):
+    """SIGTERM and SIGHUP end the call as Ctrl-C does (a KeyboardInterrupt, `Interrupted`),
+    so a scratch target and everything else set up is removed on them too."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with StopSignals():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def deferred_signals(fn):
+    """Passes `stops`: SIGINT, SIGTERM and SIGHUP raise only inside its waits on the engine,
+    never half-way through writing a chunk or closing the results."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with StopSignals(defer=True) as stops:
+            return fn(*args, stops=stops, **kwargs)
+    return wrapper

@@ -28,7 +28,7 @@ def recover(
     kept, the summary is computed from them, and the file is marked interrupted; then the
     journal is removed. Example: replay recover oltp-sdc.parquet.1a2b3c4d.partial
     """
-    from replay.runner import recover as run_recover
+    from replay.output import recover as run_recover
 
     try:
         path, rows = run_recover(journal, output, force=force)

@@ -12,12 +12,12 @@ from traces.trace import write_trace
 def test_workers_whose_buffers_do_not_fit_in_memory_are_refused():
     # 10,000 workers were OOM-killed without a word; each holds up to ~17 MB.
     from traces.errors import ReplayError
-    from replay.runner import _check_memory
+    from replay.engines import check_memory
 
-    _check_memory(8, 1024, 64 << 10, available=1 << 30)  # 8 x 17 MiB fit in 1 GiB
+    check_memory(8, 1024, 64 << 10, available=1 << 30)  # 8 x 17 MiB fit in 1 GiB
     with pytest.raises(ReplayError, match=r"^100 workers need about 1\.7 GiB of buffers \(up to 17\.0 MiB each\) "
                                           r"but 1\.0 GiB is available; use fewer --workers"):
-        _check_memory(100, 1024, 64 << 10, available=1 << 30)
+        check_memory(100, 1024, 64 << 10, available=1 << 30)
 
 
 def test_a_run_whose_workers_cannot_fit_is_refused_before_anything_is_written(tmp_path):

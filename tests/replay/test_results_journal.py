@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replay.runner import RESULT_FLUSH_S, recover
+from replay.output import RESULT_FLUSH_S, recover
 from tests.cli_process import ENV, one_line, replay_cli, replay_process, wait_for
 from tests.replay.test_durability import journal, make_trace
 from traces import schema

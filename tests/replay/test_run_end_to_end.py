@@ -588,12 +588,12 @@ def test_a_driver_that_runs_io_on_the_submitting_cpu_gets_psync_threads(tmp_path
 
 
 def test_a_small_trace_replays_from_memory_as_from_the_file(tmp_path, monkeypatch):
-    from replay import runner
+    from replay import sources
 
     trace = _random_ios(tmp_path / "reads.parquet", 3000, 64 * MIB)
-    cached = runner.TraceSource(trace, rows=256)
-    monkeypatch.setattr(runner, "CACHE_BYTES", 3000 * 25 - 1)  # one byte short of the columns
-    streamed = runner.TraceSource(trace, rows=256)
+    cached = sources.TraceSource(trace, rows=256)
+    monkeypatch.setattr(sources, "CACHE_BYTES", 3000 * 25 - 1)  # one byte short of the columns
+    streamed = sources.TraceSource(trace, rows=256)
     assert cached._cache is not None and streamed._cache is None
     target = make_file(tmp_path / "small.img", 16 * MIB)
     opts = RunOptions(engine="null", timing="afap", remap="wrap", chunk_rows=256)
