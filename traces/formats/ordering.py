@@ -14,6 +14,9 @@ from traces.formats.reading import iter_lines, line_of_row
 # it is three times the span of the longest published block trace (Alibaba 2020, 31 days).
 # One glitched record at 1.27e9 s (a Unix time among relative times) made a 40-year trace.
 MAX_GAP_NS = 90 * 86400 * 10**9
+# The longest run of records with damaged times that is still recognised as damage inside a
+# file: one request's events in blkparse text (Q, G, I, D) can carry the same bad time.
+MAX_RUN = 4
 
 
 def span_text(ns) -> str:
@@ -178,15 +181,17 @@ class OutlierLog:
 
 
 class Outliers:
-    """Finds lone records whose time lies more than MAX_GAP_NS from their neighbours in file
-    order: a damaged timestamp, as a record 40 years away is. Inside the file that is a record
-    far from both neighbours; at either end, one far from its neighbour while that neighbour
-    is near its own. The first one is an error naming its line; with log.drop they are left
-    out and counted. Two rows are held back, for the neighbours of the last ones."""
+    """Finds records whose time lies more than MAX_GAP_NS from their neighbours in file order:
+    a damaged timestamp, as a record 40 years away is. Inside the file that is a lone record
+    far from both neighbours, or a run of up to MAX_RUN records that leaves the others' time
+    and comes back to it; at either end, one record far from its neighbour while that
+    neighbour is near its own. The first one is an error naming its line; with log.drop they
+    are left out and counted. MAX_RUN + 1 rows are held back, for what follows the last ones.
+    """
 
     def __init__(self, path, log, line_of, scale=1):
         self.path, self.log, self.line_of, self.scale = path, log or OutlierLog(), line_of, scale
-        self.before = None  # time of the row before `pending`, in the chunk's unit
+        self.before = None  # time of the last row kept, in the chunk's unit
         self.before_gap = np.nan  # that row's gap to the one before it
         self.pending = None  # the last rows seen, undecided
 
@@ -195,21 +200,21 @@ class Outliers:
             chunk = dict(chunk, _row=np.arange(row0, row0 + len(chunk["ts_ns"]), dtype=np.int64))
         if self.pending is not None:
             chunk = concat([self.pending, chunk])
-        n = len(chunk["ts_ns"])
-        decided = max(0, n - 2)
+        kept, decided = self._judge(chunk, max(0, len(chunk["ts_ns"]) - MAX_RUN - 1))
         self.pending = {k: v[decided:] for k, v in chunk.items()}
-        return self._judge(chunk, decided)
+        return kept
 
     def finish(self):
         if self.pending is None:
             return {}
         chunk, self.pending = self.pending, None
-        return self._judge(chunk, len(chunk["ts_ns"]))
+        return self._judge(chunk, len(chunk["ts_ns"]))[0]
 
     def _judge(self, chunk, n):
-        """The first `n` rows of `chunk`, outliers refused or left out."""
+        """(the first `n` rows of `chunk` or more, outliers refused or left out; how many rows
+        that decided). A run that starts among the first `n` rows is decided whole."""
         if n == 0:
-            return {k: v[:0] for k, v in chunk.items()}
+            return {k: v[:0] for k, v in chunk.items()}, 0
         t = chunk["ts_ns"].astype(np.float64)
         limit = MAX_GAP_NS / self.scale
         gaps = np.abs(np.diff(t))
@@ -219,24 +224,33 @@ class Outliers:
         right_of_right = np.r_[right[1:], np.nan]
         with np.errstate(invalid="ignore"):  # NaN: no neighbour there; comparisons are False
             far = (left > limit) & (right > limit)
-            first = np.isnan(left) & (right > limit) & (right_of_right <= limit)
-            last = np.isnan(right) & (left > limit) & (left_of_left <= limit)
-        far = (far | first | last)[:n]
-        self.before, self.before_gap = float(t[n - 1]), float(left[n - 1])
+            far |= np.isnan(left) & (right > limit) & (right_of_right <= limit)
+            far |= np.isnan(right) & (left > limit) & (left_of_left <= limit)
+            jumps = np.flatnonzero(left > limit)
+        # A run: two jumps at most MAX_RUN rows apart, the second back to the time before the first.
+        for start, end in zip(jumps[:-1].tolist(), jumps[1:].tolist()):
+            back_to = t[start - 1] if start else self.before
+            if start < n and 2 <= end - start <= MAX_RUN and abs(t[end] - back_to) <= limit:
+                far[start:end] = True
+                n = max(n, end)
+        far = far[:n]
         if far.any():
             rows = chunk["_row"][:n][far]
             if not self.log.drop:
                 i = int(far.argmax())
-                raise outlier_error(self.path, self.line_of(int(rows[0])),
-                                    np.nanmin([left[i], right[i]]) * self.scale)
-            if first[:n].any():
+                gap = min(g for g in (left[i], right[i]) if g > limit)  # the far side
+                raise outlier_error(self.path, self.line_of(int(rows[0])), gap * self.scale)
+            if self.before is None and far[0]:
                 self.log.first_dropped = True
             name = Path(self.path).name
             room = max(0, 20 - len(self.log.dropped))
             self.log.dropped.extend(f"{name}:{self.line_of(int(r))}" for r in rows[:room].tolist())
             self.log.count += len(rows)
         keep = ~far
-        return {k: v[:n][keep] for k, v in chunk.items()}
+        if keep.any():
+            last = int(np.flatnonzero(keep)[-1])
+            self.before, self.before_gap = float(t[last]), float(left[last])
+        return {k: v[:n][keep] for k, v in chunk.items()}, n
 
 
 def concat(chunks):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from traces.errors import TraceFormatError
-from traces.formats import blkparse, blktrace
+from traces.formats import blkparse, blktrace, ordering
 from traces.schema import Op
 from traces.trace import open_trace, write_trace
 
@@ -132,3 +132,44 @@ def test_summary_and_blank_lines_are_ignored(tmp_path):
 def test_several_files_are_refused(tmp_path):
     with pytest.raises(TraceFormatError, match="one file"):
         blkparse.read([CAPTURE_TEXT, CAPTURE_TEXT], {})
+
+
+# One request (4096) whose I and D events carry the same damaged time, between two good ones.
+DAMAGED_REQUEST = """\
+  8,0    0        1     0.000000000  1234  Q   R 2048 + 8 [fio]
+  8,0    0        2     0.000005000  1234  D   R 2048 + 8 [fio]
+  8,0    0        3     0.000400000     0  C   R 2048 + 8 [0]
+  8,0    0        4     0.001000000  1234  Q   R 4096 + 8 [fio]
+  8,0    0        5     0.001001000  1234  G   R 4096 + 8 [fio]
+  8,0    0        6 1270000000.001002000  1234  I   R 4096 + 8 [fio]
+  8,0    0        7 1270000000.001005000  1234  D   R 4096 + 8 [fio]
+  8,0    0        8     0.001400000     0  C   R 4096 + 8 [0]
+  8,0    0        9     0.002000000  1234  Q   R 8192 + 8 [fio]
+  8,0    0       10     0.002005000  1234  D   R 8192 + 8 [fio]
+  8,0    0       11     0.002400000     0  C   R 8192 + 8 [0]
+"""
+
+
+def test_a_request_whose_i_and_d_times_are_damaged_is_an_outlier_named_by_its_line(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text(DAMAGED_REQUEST)
+    with pytest.raises(TraceFormatError, match=r"line 6: this record's time is 40.2 years away"):
+        read_text(path)
+    outliers = ordering.OutlierLog(drop=True)
+    cols, metadata = read_text(path, outliers=outliers)
+    assert cols["offset"].tolist() == [2048 * 512, 8192 * 512]
+    assert cols["latency_ns"].tolist() == [395_000, 395_000]
+    assert outliers.dropped == ["t.txt:6", "t.txt:7"]
+    assert metadata["source"]["unmatched_completions"] == 1
+
+
+def test_a_run_of_damaged_times_longer_than_a_request_is_no_outlier(tmp_path):
+    """Five records in a row far away are not taken for damage: the import stops."""
+    lines = DAMAGED_REQUEST.splitlines(keepends=True)
+    lines[4] = lines[4].replace("    0.001001000", "1270000000.001001000")
+    lines[3] = lines[3].replace("    0.001000000", "1270000000.001000000")
+    lines[7] = lines[7].replace("    0.001400000", "1270000000.001400000")
+    path = tmp_path / "t.txt"
+    path.write_text("".join(lines))
+    with pytest.raises(TraceFormatError, match=r"line 9: time goes back"):
+        read_text(path, outliers=ordering.OutlierLog(drop=True))
