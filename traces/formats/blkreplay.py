@@ -6,8 +6,9 @@ ending in a line of #, then `start ; sector; length ; op ;  replay_delay=0 ;
 replay_duration=0`), then one request per line, `SEC.NSEC ; SECTOR ; LENGTH ; R|W ; DELAY ;
 DURATION`: the time from blkparse (%T.%9t), SECTOR and LENGTH in 512-byte sectors, the
 operation, and two numbers blkreplay fills in when it writes its results (0.0 in a load).
-src/blkreplay.c reads the first five fields (`sscanf("%ld.%ld ; %lld ; %d ; %c")`) and
-skips lines that do not match them: here, lines before the first request are the header,
+src/blkreplay.c reads the first five fields (`sscanf("%ld.%ld ; %lld ; %d ; %c")`), so of
+the operation only its first letter (`RA`, read-ahead, is a read), and skips lines that do
+not match them: here, lines before the first request are the header,
 and a malformed line after it is an error naming the line. The fraction is read as a
 decimal fraction (the converters always write nine digits, where both readings agree).
 Times count from the first request, as blkreplay replays them.
@@ -40,7 +41,7 @@ def _check(line: bytes) -> str | None:
     match = _RECORD.match(text)
     if not match:
         return "not a request line (SEC.NSEC ; SECTOR ; LENGTH ; R|W ; ...)"
-    if match.group(5) not in WORDS:
+    if match.group(5)[:1] not in WORDS:
         return f"operation {match.group(5)[:20]!r}; blkreplay replays R and W only"
     return None
 
@@ -104,7 +105,7 @@ def _chunks(path, skip, origin, meter):
                 batch.column("line")[int(bad.argmax())].as_py().encode()) or "bad request line", skip)
         chunk = {
             "ts_ns": seconds * 10**9 + nanos - origin,
-            "op": reading.op_from_words(path, text[3].dictionary_encode(), WORDS, row0, skip),
+            "op": reading.op_from_words(path, text[3], WORDS, row0, skip, key=lambda word: word[:1]),
             "offset": sector * SECTOR,
             "length": length * SECTOR,
         }

@@ -313,24 +313,18 @@ def numpy_of(column) -> np.ndarray:
     return column.to_numpy(zero_copy_only=False)
 
 
-def op_from_words(path, column, words: dict, row0, skip_rows=0, strip=False):
-    """uint8 op codes from a string column, by an exact (or stripped) word -> Op mapping.
+def op_from_words(path, column, words: dict, row0, skip_rows=0, key=None):
+    """uint8 op codes from a string column, by a word -> Op mapping of each word, or of
+    key(word) (blkreplay reads only a word's first letter).
 
-    A dictionary-encoded column is mapped through its few distinct words, then indexed.
+    The column is mapped through its few distinct words (dictionary-encoded), then indexed.
     """
-    if pa.types.is_dictionary(column.type):
-        dictionary = column.dictionary
-        if strip:
-            dictionary = pc.utf8_trim_whitespace(dictionary)
-        table = np.array([words.get(w, 255) for w in dictionary.to_pylist()] or [255], dtype=np.uint8)
-        op = table[numpy_of(column.indices)] if len(column) else np.zeros(0, np.uint8)
-        column = column.cast(pa.string()) if (op == 255).any() else column
-    else:
-        if strip:
-            column = pc.utf8_trim_whitespace(column)
-        op = np.full(len(column), 255, dtype=np.uint8)
-        for word, code in words.items():
-            op[numpy_of(pc.equal(column, word))] = code
+    if not pa.types.is_dictionary(column.type):
+        column = column.dictionary_encode()
+    key = key or (lambda word: word)
+    table = np.array([words.get(key(w), 255) for w in column.dictionary.to_pylist()] or [255],
+                     dtype=np.uint8)
+    op = table[numpy_of(column.indices)] if len(column) else np.zeros(0, np.uint8)
     if (bad := op == 255).any():
         i = int(bad.argmax())
         raise fail_at(path, row0 + i, f"unknown operation {column[i].as_py()!r}; expected one "

@@ -154,6 +154,22 @@ def test_blkreplay_load_after_its_header(tmp_path):
     assert meta["source"]["format"] == "blkreplay"
 
 
+def test_blkreplay_reads_the_first_letter_of_a_longer_op_as_blkreplay_does(tmp_path):
+    """A MySQL server's load carries RA (read-ahead) among R and W: sscanf's %c keeps R."""
+    path = tmp_path / "mysql.load"
+    path.write_text("start ; sector; length ; op ;  replay_delay=0 ; replay_duration=0\n"
+                    "100.000000000 ; 64 ; 8 ; RA ; 0.0 ; 0.0\n"
+                    "100.000001000 ; 72 ; 8 ; W ; 0.0 ; 0.0\n"
+                    "100.000002000 ; 80 ; 8 ; R ; 0.0 ; 0.0\n"
+                    "100.000003000 ; 88 ; 8 ; WS ; 0.0 ; 0.0\n")
+    out, rows = import_trace([path], tmp_path / "m.parquet")
+    cols, _ = read_trace(out)
+    assert cols["op"].tolist() == [R, W, R, W]
+    path.write_text(path.read_text().replace("WS", "XW"))
+    with pytest.raises(TraceFormatError, match="line 5: unknown operation 'XW'; expected one of R, W"):
+        import_trace([path], tmp_path / "m.parquet", force=True)
+
+
 def test_drop_outliers_leaves_out_a_glitched_record(tmp_path):
     cols, meta, done = _import(tmp_path, "hm_0-glitched-record.csv", "--drop-outliers")
     assert _rows(cols, ("ts_ns", "op", "offset", "latency_ns")) == [
