@@ -407,7 +407,7 @@ def _empty_columns() -> dict:
 # ---------------------------------------------------------------- events to I/Os
 
 # kinds for _match
-_K_OTHER, _K_IO, _K_COMPLETE, _K_QUEUE = 0, 1, 2, 3
+_K_OTHER, _K_IO, _K_COMPLETE, _K_QUEUE, _K_BACK_MERGE, _K_FRONT_MERGE = 0, 1, 2, 3, 4, 5
 
 
 @numba.njit(cache=True, nogil=True)
@@ -419,7 +419,7 @@ def _hash(device, sector, nbytes):
     return h
 
 
-QUEUE_SLOTS = 1 << 16  # direct-mapped table of recent Q events, for the pid of each D
+QUEUE_SLOTS = 1 << 16  # direct-mapped tables of recent Q events: the pid of each D, merges
 
 
 @numba.njit(cache=True, nogil=True)
@@ -437,10 +437,48 @@ def _insert(slots, e, device, sector, nbytes):
 
 
 @numba.njit(cache=True, nogil=True)
+def _delete(slots, s, device, sector, nbytes):
+    """Empty slot `s` by backward-shift deletion: later entries of the cluster move into the
+    hole unless their home lies cyclically in (hole, position], so equal keys keep their
+    insertion order."""
+    mask = slots.size - 1
+    hole = s
+    t = s
+    while True:
+        t = (t + 1) & mask
+        e = slots[t]
+        if e == -1:
+            break
+        home = _key_home(e, device, sector, nbytes, mask)
+        if hole <= t:
+            stays = hole < home <= t
+        else:
+            stays = home > hole or home <= t
+        if not stays:
+            slots[hole] = e
+            hole = t
+    slots[hole] = -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _remove(slots, e, device, sector, nbytes):
+    """Take waiting event `e` out of the table."""
+    mask = slots.size - 1
+    s = _key_home(e, device, sector, nbytes, mask)
+    while slots[s] != e:
+        s = (s + 1) & mask
+    _delete(slots, s, device, sector, nbytes)
+
+
+@numba.njit(cache=True, nogil=True)
 def _match(kind, device, sector, nbytes, queue_slots):
     """Pair each I/O event with the first later completion of the same (device, sector,
     bytes), first in first out; and each I/O event with the last queue event at the same
     (device, sector) before it, if a later queue event has not taken its slot.
+
+    Queue events merged into a waiting request (a back merge M or front merge F after their
+    Q) make that request's first Q grow to the size its D and C will carry, and complete
+    with it: the completion is the partner of every Q merged in.
 
     One pass. Waiting I/Os live in a linear-probing table with backward-shift deletion, so it
     holds only the I/Os in flight (it doubles when half full) and stays in cache; deletion
@@ -455,6 +493,14 @@ def _match(kind, device, sector, nbytes, queue_slots):
     used = 0
     recent_q = np.full(queue_slots, -1, np.int64)
     qmask = queue_slots - 1
+    # Requests as merges grow them (start sector, bytes), the Qs merged into each (a list
+    # through `merged`), and the waiting requests by where they end and where they start.
+    start = sector.copy()
+    size = nbytes.copy()
+    merged = np.full(n, -1, np.int64)
+    last_io = np.full(queue_slots, -1, np.int64)
+    by_end = np.full(queue_slots, -1, np.int64)
+    by_start = np.full(queue_slots, -1, np.int64)
     for i in range(n):
         k = kind[i]
         if k == 0:
@@ -467,41 +513,60 @@ def _match(kind, device, sector, nbytes, queue_slots):
             j = recent_q[q]
             if j >= 0 and device[j] == device[i] and sector[j] == sector[i]:
                 queued_by[i] = j
-        mask = slots.size - 1
         if k == 1:
             if 2 * (used + 1) > slots.size:
                 waiting = np.sort(slots[slots >= 0])  # oldest first keeps FIFO order
                 slots = np.full(slots.size * 2, -1, np.int64)
                 for e in waiting:
-                    _insert(slots, e, device, sector, nbytes)
-            _insert(slots, i, device, sector, nbytes)
+                    _insert(slots, e, device, start, size)
+            _insert(slots, i, device, start, size)
             used += 1
+            last_io[_key_home(i, device, start, size, qmask)] = i
+            by_end[np.int64(_hash(device[i], start[i] + size[i] // 512, 1) & np.uint64(qmask))] = i
+            by_start[np.int64(_hash(device[i], start[i], 2) & np.uint64(qmask))] = i
             continue
+        if k == 4 or k == 5:
+            # The merged bio's own Q, still waiting, and the request it joins.
+            b = last_io[_key_home(i, device, sector, nbytes, qmask)]
+            if b < 0 or partner[b] >= 0 or device[b] != device[i] or start[b] != sector[i] \
+                    or size[b] != nbytes[i]:
+                continue
+            if k == 4:
+                r = by_end[np.int64(_hash(device[i], sector[i], 1) & np.uint64(qmask))]
+                fits = r >= 0 and start[r] + size[r] // 512 == sector[i]
+            else:
+                r = by_start[np.int64(_hash(device[i], sector[i] + nbytes[i] // 512, 2) & np.uint64(qmask))]
+                fits = r >= 0 and start[r] == sector[i] + nbytes[i] // 512
+            if not fits or r == b or partner[r] >= 0 or device[r] != device[i]:
+                continue
+            _remove(slots, b, device, start, size)
+            _remove(slots, r, device, start, size)
+            used -= 1
+            if k == 5:
+                start[r] = sector[i]
+            size[r] += nbytes[i]
+            _insert(slots, r, device, start, size)
+            by_end[np.int64(_hash(device[r], start[r] + size[r] // 512, 1) & np.uint64(qmask))] = r
+            by_start[np.int64(_hash(device[r], start[r], 2) & np.uint64(qmask))] = r
+            last_io[_key_home(b, device, start, size, qmask)] = -1
+            # b's own merged Qs, if any, come along.
+            tail = b
+            while merged[tail] >= 0:
+                tail = merged[tail]
+            merged[tail] = merged[r]
+            merged[r] = b
+            continue
+        mask = slots.size - 1
         s = _key_home(i, device, sector, nbytes, mask)
         while slots[s] != -1:
             j = slots[s]
-            if device[j] == device[i] and sector[j] == sector[i] and nbytes[j] == nbytes[i]:
-                partner[j] = i
+            if device[j] == device[i] and start[j] == sector[i] and size[j] == nbytes[i]:
                 partner[i] = j
+                while j >= 0:
+                    partner[j] = i
+                    j = merged[j]
                 used -= 1
-                # Backward-shift deletion: pull later entries of the cluster into the hole
-                # unless their home lies cyclically in (hole, position].
-                hole = s
-                t = s
-                while True:
-                    t = (t + 1) & mask
-                    e = slots[t]
-                    if e == -1:
-                        break
-                    home = _key_home(e, device, sector, nbytes, mask)
-                    if hole <= t:
-                        stays = hole < home <= t
-                    else:
-                        stays = home > hole or home <= t
-                    if not stays:
-                        slots[hole] = e
-                        hole = t
-                slots[hole] = -1
+                _delete(slots, s, device, start, size)
                 break
             s = (s + 1) & mask
     return partner, queued_by
@@ -526,6 +591,8 @@ def _classify(action, nbytes, io_code, want_queue):
                 kind[i] = 2
         elif code == 1 and want_queue:
             kind[i] = 3
+        elif (code == 2 or code == 3) and io_code == 1 and nbytes[i] != 0:
+            kind[i] = 4 if code == 2 else 5  # back or front merge of a queued bio
     return kind
 
 

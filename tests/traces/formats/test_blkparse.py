@@ -173,3 +173,51 @@ def test_a_run_of_damaged_times_longer_than_a_request_is_no_outlier(tmp_path):
     path.write_text("".join(lines))
     with pytest.raises(TraceFormatError, match=r"line 9: time goes back"):
         read_text(path, outliers=ordering.OutlierLog(drop=True))
+
+
+# Q 1000+8 starts a request; Q 1008+8 back-merges (M) into it, Q 992+8 front-merges (F);
+# the request is issued and completed as 992+24.
+MERGES = [  # (time ns, action letter, sector, sectors)
+    (0, "Q", 1000, 8), (1_000, "G", 1000, 8), (2_000, "Q", 1008, 8), (3_000, "M", 1008, 8),
+    (4_000, "Q", 992, 8), (5_000, "F", 992, 8), (10_000, "D", 992, 24), (100_000, "C", 992, 24),
+]
+
+
+def _merge_records() -> bytes:
+    codes = {"Q": (1, blktrace.TC_QUEUE), "G": (4, 0), "M": (2, 0), "F": (3, 0),
+             "D": (7, blktrace.TC_ISSUE), "C": (8, blktrace.TC_COMPLETE)}
+    records = np.zeros(len(MERGES), blktrace.RECORD_LE)
+    for record, (time, letter, sector, sectors) in zip(records, MERGES):
+        code, stage = codes[letter]
+        record["magic"] = blktrace.MAGIC | blktrace.VERSION
+        record["time"], record["sector"], record["bytes"] = time, sector, sectors * 512
+        record["action"] = ((blktrace.TC_WRITE | stage) << 16) | code
+        record["pid"], record["device"] = 100, blktrace.dev_t(8, 0)
+    return records.tobytes()
+
+
+def _check_merged(cols, metadata):
+    assert cols["offset"].tolist() == [1000 * 512, 1008 * 512, 992 * 512]
+    assert cols["latency_ns"].tolist() == [100_000, 98_000, 96_000]
+    assert metadata["source"]["unmatched_ios"] == 0
+    assert metadata["source"]["unmatched_completions"] == 0
+
+
+def test_queued_bios_merged_into_a_request_complete_with_it(tmp_path):
+    path = tmp_path / "m.blktrace.0"
+    path.write_bytes(_merge_records())
+    _check_merged(*read_binary([path], event="queue"))
+    cols, metadata = read_binary([path], event="issue")
+    assert (cols["offset"].tolist(), cols["length"].tolist(), cols["latency_ns"].tolist()) == \
+        ([992 * 512], [24 * 512], [90_000])
+
+
+@needs_blkparse
+def test_queued_bios_merged_into_a_request_complete_with_it_in_blkparse_text(tmp_path):
+    (tmp_path / "m.blktrace.0").write_bytes(_merge_records())
+    with open(tmp_path / "m.txt", "wb") as out:
+        subprocess.run(["blkparse", "-i", str(tmp_path / "m")], stdout=out, check=True,
+                       stderr=subprocess.DEVNULL)
+    assert [line.split()[5] for line in (tmp_path / "m.txt").read_text().splitlines()[:8]] == \
+        [letter for _, letter, _, _ in MERGES]
+    _check_merged(*read_text(tmp_path / "m.txt", event="queue"))
