@@ -20,8 +20,6 @@ WINDOW_NS = 1_000_000_000
 _BLOCK_BYTES = 16 << 20  # text per step
 _EVENT = re.compile(rb"^\s*\d+,\d+\s+\d+\s+\d+\s+\d+\.\d+\s+\d+\s+[A-Za-z]{1,2}\s+[A-Z]*", re.M)
 _SUMMARY = re.compile(r"^(CPU\d+ \(|Total \()")
-_ACTIONS = {"Q": 1, "M": 2, "F": 3, "G": 4, "S": 5, "R": 6, "D": 7, "C": 8, "P": 9, "U": 10,
-            "UT": 11, "I": 12, "X": 13, "B": 14, "A": 15}
 # Actions printed without a trailing [cmd] or [error].
 _NO_BRACKET = {"A", "m"}
 # RWBS, as blkparse (blkparse_fmt.c fill_rwbs) and the kernel's blk_fill_rwbs print it: an
@@ -160,7 +158,7 @@ def _parse(path, number, line):
     action = fields[5]
     if action == "m":
         return None  # a message note
-    if action not in _ACTIONS:
+    if action not in blktrace.ACTIONS:
         raise bad(f"unknown action {action!r}")
     if action not in _NO_BRACKET and (not bracket or "]" not in tail):
         raise bad("line ends before its [cmd] or [error]; is the file cut short?")
@@ -195,7 +193,7 @@ def _parse(path, number, line):
         comm = tail[:tail.rfind("]")]
         if comm == "(null)":
             comm = ""
-    return (time, sector, nblocks * 512, (category << 16) | _ACTIONS[action], pid,
+    return (time, sector, nblocks * 512, (category << 16) | blktrace.ACTIONS[action], pid,
             blktrace.dev_t(major, minor), comm)
 
 

@@ -42,6 +42,9 @@ _RECORD = {False: RECORD_LE, True: RECORD_BE}
 
 # Action codes (low byte of `action`); bit 8 says a cgroup id precedes the payload.
 ACT_QUEUE, ACT_ISSUE, ACT_COMPLETE = 1, 7, 8
+# Each action code by the letters blkparse prints, in the order of a request's life.
+ACTIONS = {"Q": 1, "M": 2, "F": 3, "G": 4, "S": 5, "R": 6, "I": 12, "D": 7, "C": 8, "P": 9,
+           "U": 10, "UT": 11, "X": 13, "B": 14, "A": 15}
 ACT_CGROUP = 0x100
 # Categories (`action >> 16`).
 TC_READ, TC_WRITE, TC_FLUSH, TC_SYNC = 1 << 0, 1 << 1, 1 << 2, 1 << 3
@@ -745,7 +748,8 @@ class _Matcher:
                 self.t0 = int(columns["time"][0])
             self.note(notes)
             self.stats["records"] += len(columns["time"])
-            self.actions += np.bincount(columns["action"] & 0xFF, minlength=256)[:256]
+            events = columns["action"][(columns["action"] >> 16) & TC_NOTIFY == 0]
+            self.actions += np.bincount(events & 0xFF, minlength=256)[:256]
             window.append(columns)
             size += len(columns["time"])
             if size >= _WINDOW_RECORDS:
@@ -766,8 +770,7 @@ class _Matcher:
 
     def _refuse_empty(self):
         """No I/O at all: say which events the input has, when the other --event would do."""
-        seen = "/".join(name for name, code in (("Q", ACT_QUEUE), ("D", ACT_ISSUE), ("C", ACT_COMPLETE))
-                        if self.actions[code])
+        seen = "/".join(letter for letter, code in ACTIONS.items() if self.actions[code])
         if self.event == "queue" and not self.actions[ACT_QUEUE] and self.actions[ACT_ISSUE]:
             raise TraceFormatError(self.path, f"no Q events; this trace has {seen} only: use --event issue")
         if self.event == "issue" and not self.actions[ACT_ISSUE] and self.actions[ACT_QUEUE]:

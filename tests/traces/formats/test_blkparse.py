@@ -221,3 +221,21 @@ def test_queued_bios_merged_into_a_request_complete_with_it_in_blkparse_text(tmp
     assert [line.split()[5] for line in (tmp_path / "m.txt").read_text().splitlines()[:8]] == \
         [letter for _, letter, _, _ in MERGES]
     _check_merged(*read_text(tmp_path / "m.txt", event="queue"))
+
+
+def test_the_refusal_of_a_missing_event_names_every_event_the_trace_has(tmp_path):
+    path = tmp_path / "idc.txt"
+    path.write_text("  8,0 0 1 0.000000000 7 I R 2048 + 8 [fio]\n  8,0 0 2 0.000005000 7 D R 2048 + 8 [fio]\n"
+                    "  8,0 0 3 0.000400000 0 C R 2048 + 8 [0]\n")
+    with pytest.raises(TraceFormatError, match="no Q events; this trace has I/D/C only: use --event issue"):
+        read_text(path, event="queue")
+
+
+def test_notes_are_no_events_when_a_missing_event_is_refused(tmp_path):
+    """An export starts with a clock note, action code 1 like Q: it is not taken for a Q."""
+    records = np.frombuffer(_merge_records(), blktrace.RECORD_LE)
+    path = tmp_path / "dc.blktrace.0"
+    path.write_bytes(blktrace._note(0, 0, blktrace.TN_TIMESTAMP, bytes(8), blktrace.dev_t(8, 0))
+                     + records[-2:].tobytes())
+    with pytest.raises(TraceFormatError, match="no Q events; this trace has D/C only: use --event issue"):
+        read_binary([path], event="queue")

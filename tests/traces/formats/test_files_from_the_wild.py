@@ -225,7 +225,7 @@ FAILURES = {
     "import-blkparse-late-event.txt": ([], "line 3: time goes back by 2.499600 s, more than the reorder window"),
     "import-blkparse-glitched-time.txt": ([], "line 5: this record's time is 40.2 years away"),
     "import-blkparse-queue-without-q.txt": (["--event", "queue"], "no Q events; this trace has D/C only: use --event issue"),
-    "import-blkparse-issue-without-d.txt": ([], "no D events; this trace has Q only: use --event queue"),
+    "import-blkparse-issue-without-d.txt": ([], "no D events; this trace has Q/G only: use --event queue"),
     "import-blkparse-truncated.txt.gz": (["--format", "blkparse"], f"line {_truncated_line()}: the gzip data stops here"),
     "import-msr-glitch-at-end.csv": ([], "line 4: this record's time is 40.2 years away"),
     "import-fiu-glitch-at-end.txt": ([], "line 3: this record's time is 40.2 years away"),
