@@ -9,4 +9,8 @@ suite, into one results set). The package imports none of them
 itself, so that `replay bench --help` loads no generator.
 """
 
-__all__ = ["options", "presets", "procedures", "scores", "session", "suite"]
+__all__ = ["TESTS", "options", "presets", "procedures", "scores", "session", "suite"]
+
+# The standard tests, by name (each a procedure in procedures.PROCEDURES): the one list, here
+# so that the CLI takes its choices from it without loading the generators.
+TESTS = ("mix", "seqmix", "steady", "act", "pts")

@@ -1,4 +1,4 @@
-"""The standard tests of `replay bench` and their options: the tests' names, the reviews'
+"""The options of `replay bench`'s standard tests (replay.bench.TESTS): the reviews'
 run lengths, read shares and queue-depth splits, BenchOptions and the labels runs are named by.
 """
 import re
@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from analysis import scoring
 from traces.errors import ReplayError
 
-TESTS = ("mix", "seqmix", "steady", "act", "pts")
 FORMAT = "tracereplay-results-set"
 VERSION = 1
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30

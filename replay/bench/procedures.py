@@ -261,5 +261,5 @@ def purge_statement(target) -> dict:
                    "these results as preconditioned, not purged, where that was not done"}
 
 
-# The procedure of each test in options.TESTS.
+# The procedure of each test in replay.bench.TESTS.
 PROCEDURES = {"mix": mix, "seqmix": seqmix, "steady": steady, "act": act, "pts": pts}

@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from analysis import scoring
-from replay.bench import procedures
-from replay.bench.options import (DATA_PATTERN, FILL_BLOCK, FORMAT, KIB, MIB, MIX_SPAN, TESTS,
+from replay.bench import TESTS, procedures
+from replay.bench.options import (DATA_PATTERN, FILL_BLOCK, FORMAT, KIB, MIB, MIX_SPAN,
                                   VERSION, BenchError, BenchOptions)
 from replay.options import MAX_DEPTH, MAX_WORKERS
 from replay.runner import GeneratorSource, RunOptions, null_target, replay

@@ -9,11 +9,10 @@ import typer
 
 from replay import signals
 from replay.commands import fail
+from replay.bench import TESTS
 from replay.commands.run import Engine
 from traces.errors import ReplayError
 
-
-TESTS = ("mix", "seqmix", "steady", "act", "pts")
 # The seed presets (replay.bench.presets.PRESETS), named here so that --help needs no import of the
 # generators; a test checks the two agree.
 PRESET_HELP = (

@@ -88,6 +88,12 @@ def test_every_preset_names_its_seed_in_help_list_and_docs():
         assert f"replay bench {name}" in table and f"| {p.seed[:3]} " in table, name
 
 
+def test_every_standard_test_has_one_procedure_in_the_order_the_cli_lists_them():
+    from replay.bench import TESTS, procedures
+
+    assert tuple(procedures.PROCEDURES) == TESTS
+
+
 def test_a_preset_with_an_option_records_it_as_an_override(tmp_path):
     test, o = preset_options("seed001-mix", 0.5, {"span": 16 * MIB})
     assert test == "mix" and o.span == 16 * MIB and o.duration_s == 90
