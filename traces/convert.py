@@ -186,23 +186,20 @@ def _as_column(name, values):
 # ----------------------------------------------------------------------------- export
 
 
-EXPORT_FORMATS = ("fio", "blktrace", "csv")
-
-
 def export_trace(trace, fmt, output, options=None, force=False) -> Path:
     """Write trace (a path or library name) as `fmt` to `output`, atomically; an existing
     `output` is replaced only with `force`."""
     from traces.library import resolve
 
-    if fmt not in EXPORT_FORMATS:
-        raise ReplayError(f"cannot export to {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
+    if fmt not in formats.WRITERS:
+        raise ReplayError(f"cannot export to {fmt!r}; use one of {', '.join(formats.WRITERS)}")
     try:
         module = formats.get(fmt)
     except ModuleNotFoundError:
         module = None
     if module is None or not hasattr(module, "write"):
         raise ReplayError(f"export to {fmt} is not available in this version of tracereplay; "
-                          f"use one of: {', '.join(f for f in EXPORT_FORMATS if _can_write(f))}")
+                          f"use one of: {', '.join(f for f in formats.WRITERS if _can_write(f))}")
     source = resolve(trace)
     opened = open_trace(source)
     output = check_output(output, inputs=[(source, "the trace being exported")], force=force)

@@ -12,14 +12,9 @@ from traces import formats
 from traces.errors import ReplayError
 
 
-# The choices come from the one registry of formats (traces.formats.NAMES).
+# The choices come from the one registry of formats (traces.formats.NAMES and WRITERS).
 ImportFormat = Enum("ImportFormat", {name: name for name in formats.NAMES}, type=str)
-
-
-class ExportFormat(str, Enum):
-    fio = "fio"
-    blktrace = "blktrace"
-    csv = "csv"
+ExportFormat = Enum("ExportFormat", {name: name for name in formats.WRITERS}, type=str)
 
 
 class Event(str, Enum):

@@ -114,3 +114,9 @@ def test_export_blktrace_works_or_says_clearly_that_it_cannot(tmp_path):
         assert done.returncode == 2
         assert done.stderr.startswith("error: export to blktrace is not available"), done.stderr
         assert not out.exists()
+
+
+def test_the_export_formats_are_the_formats_whose_module_writes():
+    from traces import formats
+
+    assert set(formats.WRITERS) == {name for name in formats.NAMES if hasattr(formats.get(name), "write")}

@@ -26,8 +26,11 @@ from traces.formats.inputs import read_head
 NAMES = ("blktrace", "fio", "blkparse", "blkreplay", "fiu", "disksim", "msr", "umass", "alibaba",
          "tencent", "csv")
 
+# The formats that `replay export` writes (their modules define `write`), in its order.
+WRITERS = ("fio", "blktrace", "csv")
+
 # The registry, the format modules and what they share.
-__all__ = ["NAMES", "get", "sniff", "inputs", "ordering", "reading", *NAMES]
+__all__ = ["NAMES", "WRITERS", "get", "sniff", "inputs", "ordering", "reading", *NAMES]
 
 
 def get(name: str):
