@@ -6,14 +6,12 @@ op of that last parent, so a replayer can take its own time per hop off the thin
 capture's recorded sleeps make a process's sleep between two of its I/Os a wait for the other
 process's I/O that ended it, not time of its own.
 Streams by chunks with a small carried state, so a trace of any length is annotated in
-bounded memory, and the same trace always gives the same annotation.
+bounded memory, and the same trace always gives the same annotation. The per-row pass is a
+Numba kernel in analysis.causal_kernel, loaded on first use.
 """
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
-from numba import types
-from numba.typed import Dict, List
 
 from traces.errors import TraceFormatError
 from traces.schema import Flag, Op
@@ -76,150 +74,6 @@ def groups_of(pid: np.ndarray, comm) -> np.ndarray:
     return group
 
 
-_PENDING = types.UniTuple(types.int64, 4)  # (done_ns, row, group, is_write | durable << 1 | op << 2)
-
-
-def new_state():
-    """What `annotate_kernel` carries from one chunk to the next."""
-    heap = List.empty_list(_PENDING)
-    last_row = Dict.empty(types.int64, types.int64)
-    last_done = Dict.empty(types.int64, types.int64)
-    last_op = Dict.empty(types.int64, types.int64)
-    # [any row, any done, write row, write done, any durable, any op]: the latest completions
-    # seen so far, whether the latest was a journal, writeback, flush or FUA I/O, and its op
-    latest = np.full(6, -1, dtype=np.int64)
-    # the last RECENT completions as (done, row, group, op), a ring; recent_n: how many so far
-    recent = np.full((RECENT, 4), -1, dtype=np.int64)
-    recent_n = np.zeros(1, dtype=np.int64)
-    return heap, last_row, last_done, last_op, latest, recent, recent_n
-
-
-@numba.njit(nogil=True, cache=True)
-def annotate_kernel(base, ts, op, latency, group, flags, woke, kind, window_ns, max_back,
-                    heap, last_row, last_done, last_op, latest, recent, recent_n,
-                    parent, parent2, think, from_op, woken):
-    """One chunk: rows base..base+len. Completions are replayed in time order from a heap of
-    the rows in flight, so every parent completed no later than its child was issued.
-    parent2 is BARRIER for a flush that waits for every earlier row; from_op is the op of the
-    parent the think time runs from (-1: none). woke: when the row's process last woke from a
-    sleep since its previous I/O (-1: it did not sleep); woken: 1 where the row waits for the
-    I/O that ended such a sleep."""
-    for k in range(len(ts)):
-        row = base + k
-        t = ts[k]
-        while len(heap) and heap[0][0] <= t:
-            done, r, g, w = heapq_pop(heap)
-            last_row[g] = r
-            last_done[g] = done
-            last_op[g] = w >> 2
-            latest[0], latest[1], latest[4], latest[5] = r, done, ((w >> 1) & 1) | np.int64(g < 0), w >> 2
-            if w & 1:
-                latest[2], latest[3] = r, done
-            slot = recent_n[0] % RECENT
-            recent[slot, 0], recent[slot, 1], recent[slot, 2], recent[slot, 3] = done, r, g, w >> 2
-            recent_n[0] += 1
-        p1 = -1
-        d1 = -1
-        o1 = -1
-        if kind == 1:  # recent
-            if latest[0] >= 0 and t - latest[1] <= window_ns:
-                p1, d1, o1 = latest[0], latest[1], latest[5]
-        else:
-            g = group[k]
-            if g in last_row:
-                p1, d1, o1 = last_row[g], last_done[g], last_op[g]
-            elif latest[0] >= 0:
-                # A process's first I/O: it started after what completed last (a shell's
-                # `cp && sync`), not at a time of its own.
-                p1, d1, o1 = latest[0], latest[1], latest[5]
-        if p1 >= 0 and row - p1 > max_back:
-            p1 = -1
-        p2 = -1
-        d2 = -1
-        o2 = -1
-        barrier = False
-        wake = -1
-        if kind != 1 and woke[k] >= 0 and group[k] >= 0:
-            # The process slept since its last I/O: polling for what another process held (a
-            # lock). It waits for the other process's I/O that completed last before it woke,
-            # then its own time after waking; the rest of the sleep was the poll's interval.
-            for j in range(min(recent_n[0], RECENT)):
-                slot = (recent_n[0] - 1 - j) % RECENT
-                if recent[slot, 0] <= woke[k] and recent[slot, 2] != group[k]:
-                    if recent[slot, 0] > d1 and row - recent[slot, 1] <= max_back:
-                        wake = slot
-                    break
-        if op[k] == 3 and len(heap) == 0 and latest[0] >= 0 and group[k] not in last_row:
-            # A process whose first I/O is a flush, issued with nothing in flight, flushes
-            # what others wrote (sync after cp): it waits for every earlier I/O. One that
-            # wrote before (fdatasync of its own writes) waits for its chain and last write.
-            barrier = True
-            d2, o2 = latest[1], latest[5]
-        elif (op[k] == 3 or (op[k] == 1 and flags[k] & 2)) and latest[2] >= 0 and latest[2] != p1:
-            # Else a flush, and a FUA write, waits for the last write completed before it.
-            if row - latest[2] <= max_back:
-                p2, d2, o2 = latest[2], latest[3], 1
-        elif wake >= 0:
-            p2, d2, o2 = recent[wake, 1], recent[wake, 0], recent[wake, 3]
-            woken[k] = 1
-        elif kind == 2 and latest[0] >= 0 and latest[0] != p1 and latest[1] > d1 \
-                and t - latest[1] <= (DURABLE_WINDOW_NS if latest[4] else window_ns) \
-                and row - latest[0] <= max_back:
-            # hybrid: also the last completion of any process, just before this I/O
-            p2, d2, o2 = latest[0], latest[1], latest[5]
-        if p1 < 0 and p2 >= 0:
-            p1, d1, o1, p2, d2, o2 = p2, d2, o2, -1, -1, -1
-        parent[k] = row - p1 if p1 >= 0 else 0
-        parent2[k] = BARRIER if barrier else (row - p2 if p2 >= 0 else 0)
-        think[k] = t - woke[k] if woken[k] else t - max(d1, d2) if (p1 >= 0 or barrier) else 0
-        from_op[k] = (o2 if d2 > d1 else o1) if (p1 >= 0 or barrier) else -1
-        if latency[k] >= 0:
-            durable = op[k] == 3 or (op[k] == 1 and flags[k] & 2)
-            heapq_push(heap, (t + latency[k], row, group[k],
-                              np.int64(op[k] == 1) | (np.int64(durable) << 1) | (np.int64(op[k]) << 2)))
-
-
-@numba.njit(inline="always")
-def _less(a, b):
-    return a[0] < b[0] or (a[0] == b[0] and a[1] < b[1])
-
-
-@numba.njit
-def heapq_push(heap, item):
-    heap.append(item)
-    i = len(heap) - 1
-    while i > 0:
-        up = (i - 1) >> 1
-        if _less(heap[i], heap[up]):
-            heap[i], heap[up] = heap[up], heap[i]
-            i = up
-        else:
-            break
-
-
-@numba.njit
-def heapq_pop(heap):
-    top = heap[0]
-    last = heap.pop()
-    n = len(heap)
-    if n:
-        heap[0] = last
-        i = 0
-        while True:
-            left = 2 * i + 1
-            if left >= n:
-                break
-            child = left
-            if left + 1 < n and _less(heap[left + 1], heap[left]):
-                child = left + 1
-            if _less(heap[child], heap[i]):
-                heap[i], heap[child] = heap[child], heap[i]
-                i = child
-            else:
-                break
-    return top
-
-
 class Sleeps:
     """When each row's process last woke from a sleep since its previous I/O (-1: it did not
     sleep), from a capture's `sleeps` (source metadata), row by row across chunks."""
@@ -263,7 +117,7 @@ class Annotator:
 
     `sleeps` (a capture's source metadata, traces.capture.records.sleeps), when given, turns a
     process's sleep between two of its I/Os into a wait for another process's I/O: see
-    `annotate_kernel`."""
+    `analysis.causal_kernel.annotate_kernel`."""
 
     def __init__(self, heuristic: str = DEFAULT_HEURISTIC, window_ns: int | None = None,
                  max_back: int = MAX_BACK, host_ns: np.ndarray | None = None, sleeps: dict | None = None):
@@ -272,6 +126,10 @@ class Annotator:
         self.heuristic, self.max_back = heuristic, int(max_back)
         self.window_ns = int(WINDOWS_NS[heuristic] if window_ns is None else window_ns)
         self.host_ns = None if host_ns is None else np.asarray(host_ns, np.int64).reshape(4, 4)
+        # Numba loads here, on first use, not with this module (the CLI's choices import it).
+        from analysis.causal_kernel import annotate_kernel, new_state
+
+        self.kernel = annotate_kernel
         self.state = new_state()
         self.rows = 0
         self.sleeps = Sleeps(sleeps)
@@ -284,7 +142,7 @@ class Annotator:
         flags = np.zeros(n, np.uint8) if flags is None else np.asarray(flags, np.uint8)
         group = groups_of(np.asarray(chunk["pid"]), chunk.get("comm"))
         op = np.asarray(chunk["op"], np.uint8)
-        annotate_kernel(self.rows, np.asarray(chunk["ts_ns"], np.int64), op,
+        self.kernel(self.rows, np.asarray(chunk["ts_ns"], np.int64), op,
                         np.asarray(chunk["latency_ns"], np.int64), group, flags,
                         self.sleeps.woke(np.asarray(chunk["pid"]), np.asarray(chunk["ts_ns"], np.int64)),
                         list(HEURISTICS).index(self.heuristic), self.window_ns, self.max_back, *self.state,

@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from analysis import causal
 from replay import _engine, remap
 from traces.errors import ReplayError
 
@@ -25,7 +26,7 @@ class RunOptions:
     # Causal timing (analysis.causal): each I/O when the I/Os it waited for in the capture have
     # completed on the target, plus its think time times `think_scale`; `heuristic` infers them.
     think_scale: float = 1.0
-    heuristic: str = "hybrid"
+    heuristic: str = causal.DEFAULT_HEURISTIC  # one of causal.HEURISTICS
     # Causal timing on a block device, as root: take the replayer's own time per I/O, measured
     # there first (replay.calibrate), off each think time.
     calibrate: bool = True

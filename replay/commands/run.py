@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from analysis import causal
 from replay import signals
 from replay.commands import Notes, Progress, fail, refusing
 from replay.options import Engine, Timing
@@ -15,13 +16,8 @@ from replay.remap import MODES as REMAP_MODES
 from traces.errors import ReplayError
 
 
-class Heuristic(str, Enum):
-    chains = "chains"
-    recent = "recent"
-    hybrid = "hybrid"
-
-
-# The choices come from the modules that own them (replay.options, replay.remap).
+# The choices come from the modules that own them (replay.options, analysis.causal, replay.remap).
+Heuristic = Enum("Heuristic", {name: name for name in causal.HEURISTICS}, type=str)
 Remap = Enum("Remap", {name: name for name in REMAP_MODES}, type=str)
 
 
@@ -66,7 +62,7 @@ def run(
              "recent (the last completion of any process within 1 ms before it), or hybrid, the "
              "default (chains, and the last completion of any process when later than the chain's "
              "and at most 2 ms before, 10 ms for a journal, writeback, flush or FUA "
-             "I/O).")] = Heuristic.hybrid,
+             "I/O).")] = Heuristic(causal.DEFAULT_HEURISTIC),
     calibrate: Annotated[bool, typer.Option(
         help="With --timing causal on a block device, as root: first measure the replayer's own "
              "time per I/O there (a chain of 360 probe I/Os on its first 2 MiB, traced at the "
