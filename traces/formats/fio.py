@@ -134,7 +134,7 @@ def _file(path, version, names, meter):
                                      is_wait & (version == 2) & ((count == 3) | (count == 4))))
         if (bad := ~shape_ok).any():
             i = int(bad.argmax())
-            word = action_np[i] if i < len(action_np) else ""
+            word = str(action_np[i]) if i < len(action_np) else ""  # not numpy's repr in the message
             problem = (f"unknown action {word!r}; expected read, write, trim, sync, datasync, "
                        "add, open, close" + (" or wait" if version == 2 else "")
                        if not (is_io[i] or is_file[i] or is_wait[i])
