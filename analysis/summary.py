@@ -338,26 +338,18 @@ class RunSummary:
 
     def format_table(self):
         """A compact console table: one row per op that occurred, then errors if any."""
-        header = (
-            f"{'op':<8}{'I/Os':>10}{'IOPS':>10}{'MB/s':>9}  |"
-            f"{'dev p50':>9}{'p90':>9}{'p99':>9}{'p99.9':>9}{'max':>9}  |"
-            f"{'late p50':>9}{'p99':>9}{'max':>9}"
-        )
+        table = [["op", "I/Os", "IOPS", "MB/s", "|", "dev p50", "p90", "p99", "p99.9", "max", "|",
+                  "late p50", "p99", "max"]]
         rows = [(k.name.lower(), self.ops[k], k) for k in Op if self.ops[k].ios]
         total = self.total()
         if len(rows) > 1:
             rows.append(("all", total, None))
-        lines = [f"duration {_human_ns(self.duration_ns)}, {total.ios} I/Os", header]
         for name, s, k in rows:
             dev = s.device.percentiles((50, 90, 99, 99.9)) + [s.device.max]
             late = s.lateness.percentiles((50, 99)) + [s.lateness.max]
-            lines.append(
-                f"{name:<8}{s.ios:>10}{_human_rate(self.iops(k)):>10}"
-                f"{_human_rate(self.mb_per_s(k)):>9}  |"
-                + "".join(f"{_human_ns(v):>9}" for v in dev)
-                + "  |"
-                + "".join(f"{_human_ns(v):>9}" for v in late)
-            )
+            table.append([name, str(s.ios), _human_rate(self.iops(k)), _human_rate(self.mb_per_s(k)),
+                          "|", *map(_human_ns, dev), "|", *map(_human_ns, late)])
+        lines = [f"duration {_human_ns(self.duration_ns)}, {total.ios} I/Os", *_aligned(table, _WIDTHS)]
         notes = []
         if total.errors:
             by = ", ".join(f"{errno_name(c)} {n}" for c, n in sorted(total.errno_counts.items()))
@@ -369,6 +361,18 @@ class RunSummary:
         if notes:
             lines.append(", ".join(notes))
         return "\n".join(lines)
+
+
+# The table's usual column widths; a wider value widens its column, never joins the next.
+_WIDTHS = (8, 10, 10, 9, 3, 9, 9, 9, 9, 9, 3, 9, 9, 9)
+
+
+def _aligned(table, widths):
+    """Lines of `table` (rows of cells): the first column left-aligned, the others right-aligned
+    with at least one space between columns, each at least its width in `widths`."""
+    widths = [max(w, max(len(row[i]) for row in table) + 1) for i, w in enumerate(widths)]
+    return [row[0].ljust(widths[0]) + "".join(cell.rjust(w) for cell, w in zip(row[1:], widths[1:]))
+            for row in table]
 
 
 def _ms(ns):

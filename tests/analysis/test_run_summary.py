@@ -274,3 +274,13 @@ def test_bad_chunks_raise_and_change_nothing():
     with pytest.raises(ValueError, match="complete_ns"):
         s.add(bad)
     approx_equal(s.to_dict(), before)
+
+
+def test_format_table_keeps_columns_apart_at_large_values():
+    """53 GiB-sized I/Os completing in 1 ns: 5e10 IOPS, 5e13 MB/s, each still its own column."""
+    s = summary_of(chunk([(R, 1 << 30, T0, T0, T0 + 1, 1 << 30)] * 50 + [(W, 1 << 30, T0, T0, T0 + 1, 1 << 30)] * 3))
+    lines = s.format_table().splitlines()
+    for line, k in zip(lines[2:], (R, W, None)):
+        cells = line.split()
+        assert len(cells) == 14, line  # op, I/Os, IOPS, MB/s, |, five device, |, three late
+        assert cells[2] == f"{s.iops(k):.0f}" and cells[3] == f"{s.mb_per_s(k):.0f}", line
