@@ -40,6 +40,17 @@ def _colours(ax, n):
         ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
 
 
+def target_colours(targets) -> dict:
+    """One colour per target (tab10, or tab20 past ten), for every plot of a report to share."""
+    palette = plt.get_cmap("tab10" if len(targets) <= 10 else "tab20").colors
+    return {t: palette[i % len(palette)] for i, t in enumerate(targets)}
+
+
+# How the series of one target tell apart in a plot where a colour is a target.
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
 def png_bytes(fig) -> bytes:
     """The figure as PNG bytes; the figure is closed."""
     out = io.BytesIO()
@@ -49,16 +60,14 @@ def png_bytes(fig) -> bytes:
 
 
 def latency_cdf(panels: dict[str, dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]],
-                title="Workload latency CDF"):
+                title="Workload latency CDF", colours: dict | None = None):
     """`panels`: {trace: {target: {op: (latency_ns ascending, cumulative share 0..1)}}}; one
-    panel per trace, a colour per target (the same in every panel), a line style per op;
-    log x in ms, on one scale across panels so they compare at a glance."""
+    panel per trace, a colour per target (the same in every panel; `colours` gives them), a
+    line style per op; log x in ms, on one scale across panels so they compare at a glance."""
     targets = list(dict.fromkeys(t for curves in panels.values() for t in curves))
     ops = list(dict.fromkeys(op for curves in panels.values() for c in curves.values() for op in c))
-    colours = plt.get_cmap("tab10" if len(targets) <= 10 else "tab20").colors
-    colour = {t: colours[i % len(colours)] for i, t in enumerate(targets)}
-    styles = ("-", "--", ":", "-.")
-    style = {op: styles[i % len(styles)] for i, op in enumerate(ops)}
+    colour = colours or target_colours(targets)
+    style = {op: LINE_STYLES[i % len(LINE_STYLES)] for i, op in enumerate(ops)}
     n = max(len(panels), 1)
     cols = 1 if n == 1 else 2
     rows = -(-n // cols)
@@ -98,19 +107,24 @@ def latency_cdf(panels: dict[str, dict[str, dict[str, tuple[np.ndarray, np.ndarr
 
 
 def over_time(series: dict[str, tuple[np.ndarray, np.ndarray]], title: str, ylabel: str, *,
-              log=False, scatter=False):
-    """`series`: {label: (t_s, values)}; lines, or dots (the reviews' consistency pictures)."""
+              log=False, scatter=False, looks: dict | None = None):
+    """`series`: {label: (t_s, values)}; lines, or dots (the reviews' consistency pictures).
+    `looks`: {label: {"color", "linestyle", "marker", "linewidth"}} for some series: lines
+    take the colour, style and width, dots the colour and marker."""
     fig, ax = _figure(title)
     _colours(ax, len(series))
     for label, (t, y) in series.items():
         y = np.asarray(y, dtype=float)
         keep = np.isfinite(y) & ((y > 0) if log else True)
+        look = (looks or {}).get(label, {})
         if scatter:
-            ax.scatter(np.asarray(t)[keep], y[keep], s=6, label=label)
+            ax.scatter(np.asarray(t)[keep], y[keep], s=6, label=label, color=look.get("color"),
+                       marker=look.get("marker", "o"))
         else:
             few = keep.sum() < 20  # a short run: show its points, not an invisible line
-            ax.plot(np.asarray(t)[keep], y[keep], label=label, linewidth=1.2,
-                    marker="o" if few else None, markersize=3)
+            ax.plot(np.asarray(t)[keep], y[keep], label=label, color=look.get("color"),
+                    linestyle=look.get("linestyle", "-"), linewidth=look.get("linewidth", 1.2),
+                    marker=look.get("marker", "o") if few else None, markersize=3)
     if log:
         ax.set_yscale("log")
     ax.set_xlabel("time since the run's start (s)")
@@ -121,12 +135,16 @@ def over_time(series: dict[str, tuple[np.ndarray, np.ndarray]], title: str, ylab
     return fig
 
 
-def latency_scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], title="Latency of each I/O"):
-    """`points`: {label: (completion time s, latency ns)}, already sampled; log y in ms."""
+def latency_scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], title="Latency of each I/O",
+                    looks: dict | None = None):
+    """`points`: {label: (completion time s, latency ns)}, already sampled; log y in ms.
+    `looks`: {label: {"color", "marker", ...}} for some series (as over_time's)."""
     fig, ax = _figure(title)
     _colours(ax, len(points))
     for label, (t, lat) in points.items():
-        ax.scatter(t, np.maximum(lat, 1) / NS_PER_MS, s=2, alpha=0.5, label=label, rasterized=True)
+        look = (looks or {}).get(label, {})
+        ax.scatter(t, np.maximum(lat, 1) / NS_PER_MS, s=2, alpha=0.5, label=label, rasterized=True,
+                   color=look.get("color"), marker=look.get("marker", "o"))
     ax.set_yscale("log")
     ax.set_xlabel("completion time since the run's start (s)")
     ax.set_ylabel("workload latency (ms, log scale)")

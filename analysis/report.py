@@ -18,7 +18,7 @@ from analysis.compare import target_label
 from analysis.histogram import LatencyHistogram, bin_lower
 from analysis.results import Results, ResultsError, ResultsSet, load
 from analysis.timeseries import SECOND_NS, time_series
-from analysis.verdict import SYNTHETIC_SCORES, VerdictError, _ratio, _secs, verdict
+from analysis.verdict import SYNTHETIC_SCORES, VerdictError, _ratio, _secs, mode_label, verdict
 from traces.schema import Op
 
 SCATTER_POINTS = 20_000  # per results file: enough to see the bands, small enough to draw
@@ -83,18 +83,20 @@ def _analyse_file(r: Results, bin_ns: int) -> _FileFigures:
     return out
 
 
-def _cdf_panels(files, analysed) -> dict:
-    """{trace: {target: {op: curve}}} for plots.latency_cdf; a repeat run of a trace on one
-    target is numbered, a partial run marked."""
-    panels = {}
+def _cdf_panels(files, analysed) -> tuple[dict, dict]:
+    """({trace: {target: {op: curve}}} for plots.latency_cdf, {curve key: target label}); a
+    repeat run of a trace on one target is numbered, a partial run marked."""
+    panels, label_of = {}, {}
     for it in files:
         curves = panels.setdefault(it.loaded.name, {})
         key, n = it.label, 1
         while key in curves or f"{key} (partial)" in curves:
             n += 1
             key = f"{it.label} #{n}"
-        curves[key + (" (partial)" if it.partial else "")] = analysed[id(it)].cdf
-    return panels
+        key += " (partial)" if it.partial else ""
+        curves[key] = analysed[id(it)].cdf
+        label_of[key] = it.label
+    return panels, label_of
 
 
 def _heatmap(r: Results):
@@ -165,12 +167,19 @@ def _summary_rows(files) -> list:
         s = r.summary
         lat = s.total().workload
         p50, p99 = lat.percentiles([50.0, 99.0])
-        run = r.run
-        mode = f"afap QD{run.get('qd')}" if r.closed_loop else f"timed x{r.speed:g}"
-        rows.append([html.escape(item.label), html.escape(r.name), mode, f"{s.total().ios:,}",
+        rows.append([html.escape(item.label), html.escape(r.name), _mode(r), f"{s.total().ios:,}",
                      _fmt_ns(s.duration_ns), f"{s.iops():,.0f}", f"{s.mb_per_s():,.1f}",
                      _fmt_ns(p50), _fmt_ns(p99), _fmt_ns(lat.max), _status(item)])
     return rows
+
+
+def _mode(r) -> str:
+    """How a replay was timed: "afap QD32", "timed x2" (open loop at a speed) or "causal"."""
+    run = r.run
+    if run.get("mode") == "causal":
+        scale = run.get("think_scale")
+        return "causal" + (f", think x{scale:g}" if scale not in (None, 1) else "")
+    return f"afap QD{run.get('qd')}" if r.closed_loop else f"timed x{r.speed:g}"
 
 
 def _number(v: float) -> str:
@@ -249,7 +258,7 @@ def _verdict_html(v) -> str:
     for w in v.workloads:
         partial = w.a.partial or w.b.partial
         rows.append([html.escape(w.name) + (' <span class="partial">(partial)</span>' if partial else ""),
-                     "afap" if w.closed_loop else "timed", _secs(w.a.wait_ns), _secs(w.b.wait_ns),
+                     mode_label(w), _secs(w.a.wait_ns), _secs(w.b.wait_ns),
                      _ratio(w.wait_ratio), _secs(w.a.p99_ns), _secs(w.b.p99_ns), _ratio(w.p99_ratio),
                      _ratio(w.finish_ratio) if w.finish_ratio else "-",
                      "-" if w.share is None else f"{w.share * 100:.0f} %", f"<b>{html.escape(w.answer)}</b>"])
@@ -308,6 +317,45 @@ def _bench_figures(sets) -> list:
     return figures
 
 
+def _looks(files, colours) -> dict:
+    """{tag: look} of each results file: its target's colour, and a line style and marker per
+    trace among that target's, so that a colour means one target in every plot."""
+    looks, seen = {}, {}
+    for it in files:
+        n = seen[it.label] = seen.get(it.label, -1) + 1
+        looks[it.tag] = {"color": colours[it.label], "linestyle": plots.LINE_STYLES[n % len(plots.LINE_STYLES)],
+                         "marker": plots.MARKERS[n % len(plots.MARKERS)]}
+    return looks
+
+
+def _file_figures(files, bin_ns, colours) -> list:
+    """(name, caption, Figure) of the plots of results files; `colours`: {target label: colour}."""
+    analysed = {id(it): _analyse_file(it.loaded, bin_ns) for it in files}
+    looks = _looks(files, colours)
+    panels, label_of = _cdf_panels(files, analysed)
+    figures = [("latency_cdf", "Workload latency (completion - intended) as a CDF: one panel "
+                "per trace, a colour per target, a line style per op.",
+                plots.latency_cdf(panels, colours={key: colours[label] for key, label in label_of.items()}))]
+    ts = {it.tag: analysed[id(it)].ts for it in files}
+    window = f"{bin_ns / 1e9:g} s" if bin_ns >= 1e8 else f"{bin_ns / 1e6:g} ms"
+    figures.append(("iops_over_time", f"IOPS per {window} window over time (each dot one window).",
+                    plots.over_time({k: (t.t_s, t.iops["all"]) for k, t in ts.items()},
+                                    "IOPS over time", "IOPS", log=True, scatter=True, looks=looks)))
+    lat, lat_looks = {}, {}
+    for k, t in ts.items():
+        for q, width in (("p50", 0.8), ("p99", 1.6)):  # a target's colour; p99 the heavier line
+            lat[f"{k} {q}"] = (t.t_s, t.workload[q] / plots.NS_PER_MS)
+            lat_looks[f"{k} {q}"] = {**looks[k], "linewidth": width}
+    figures.append(("latency_over_time", "Workload latency p50 (thin) and p99 (thick) per window.",
+                    plots.over_time(lat, "Latency over time", "workload latency (ms)", log=True, looks=lat_looks)))
+    figures.append(("latency_scatter", f"Latency of individual I/Os (up to {SCATTER_POINTS:,} per run, evenly sampled).",
+                    plots.latency_scatter({it.tag: analysed[id(it)].sample for it in files}, looks=looks)))
+    figures.append(("inflight", "Mean I/Os in flight per window.",
+                    plots.over_time({k: (t.t_s, t.inflight) for k, t in ts.items()},
+                                    "I/Os in flight over time", "I/Os in flight", looks=looks)))
+    return figures
+
+
 def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
     """Write the report for `paths` (results files and results-set directories) to `output`
     and its plots to OUTPUT_STEM_files/NAME.png. `labels` names each input's target (default:
@@ -331,28 +379,10 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
     if files and bin_ns is None:
         bin_ns = auto_window_ns(max(it.loaded.summary.duration_ns for it in files))
     bin_ns = bin_ns or SECOND_NS
+    targets = list(dict.fromkeys(it.label for it in items))
+    colours = plots.target_colours(targets)
     if files:
-        analysed = {id(it): _analyse_file(it.loaded, bin_ns) for it in files}
-        figures.append(("latency_cdf", "Workload latency (completion - intended) as a CDF: one panel "
-                        "per trace, a colour per target, a line style per op.",
-                        plots.latency_cdf(_cdf_panels(files, analysed))))
-        ts = {it.tag: analysed[id(it)].ts for it in files}
-        window = f"{bin_ns / 1e9:g} s" if bin_ns >= 1e8 else f"{bin_ns / 1e6:g} ms"
-        figures.append(("iops_over_time", f"IOPS per {window} window over time (each dot one window).",
-                        plots.over_time({k: (t.t_s, t.iops["all"]) for k, t in ts.items()},
-                                        "IOPS over time", "IOPS", log=True, scatter=True)))
-        lat = {}
-        for k, t in ts.items():
-            lat[f"{k} p50"] = (t.t_s, t.workload["p50"])
-            lat[f"{k} p99"] = (t.t_s, t.workload["p99"])
-        figures.append(("latency_over_time", "Workload latency p50 and p99 per window.",
-                        plots.over_time({k: (t, v / plots.NS_PER_MS) for k, (t, v) in lat.items()},
-                                        "Latency over time", "workload latency (ms)", log=True)))
-        figures.append(("latency_scatter", f"Latency of individual I/Os (up to {SCATTER_POINTS:,} per run, evenly sampled).",
-                        plots.latency_scatter({it.tag: analysed[id(it)].sample for it in files})))
-        figures.append(("inflight", "Mean I/Os in flight per window.",
-                        plots.over_time({k: (t.t_s, t.inflight) for k, t in ts.items()},
-                                        "I/Os in flight over time", "I/Os in flight")))
+        figures += _file_figures(files, bin_ns, colours)
         done = set()
         for it in files:
             if it.loaded.name in done:
@@ -391,7 +421,6 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
     figures += _bench_figures(sets)
 
     verdict_html, notes = "", []
-    targets = list(dict.fromkeys(it.label for it in items))
     if len(targets) == 2:
         # Results sets are the synthetic side; without any, closed-loop runs of generated tests.
         synthetic = sets or [it for it in files if _is_synthetic(it.loaded)]

@@ -121,7 +121,7 @@ class Verdict:
             name = w.name + (" *" if w.a.partial or w.b.partial else "")
             share = "-" if w.share is None else f"{w.share * 100:.0f}%"
             lines.append(
-                f"  {name:<14}{_mode_label(w):<8}{_secs(w.a.wait_ns):>10}"
+                f"  {name:<14}{mode_label(w):<8}{_secs(w.a.wait_ns):>10}"
                 f"{_secs(w.b.wait_ns):>10}{_ratio(w.wait_ratio):>8}{_secs(w.a.p99_ns):>10}"
                 f"{_secs(w.b.p99_ns):>10}{_ratio(w.p99_ratio):>8}"
                 f"{_ratio(w.finish_ratio) if w.finish_ratio else '-':>8}{share:>7}  {w.answer}")
@@ -133,7 +133,8 @@ class Verdict:
         return "\n".join(lines)
 
 
-def _mode_label(w) -> str:
+def mode_label(w) -> str:
+    """A workload's timing in one word, as the verdict's tables give it."""
     return "causal" if w.mode == "causal" else "afap" if w.closed_loop else "timed"
 
 

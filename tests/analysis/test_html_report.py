@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import matplotlib.colors
 import matplotlib.image
 import numpy as np
 import pyarrow.parquet as pq
@@ -201,3 +202,47 @@ def test_report_renders_in_headless_chromium(runs, tmp_path):
     bad = tmp_path / "bad.html"
     bad.write_text("<script>console.error('broken')</script>")
     assert ":CONSOLE" in _chromium("--dump-dom", bad.as_uri()).stderr
+
+
+def test_a_causal_replay_is_labelled_causal_not_timed(runs, tmp_path):
+    src = runs["a"][0][1]
+    table = pq.read_table(src)
+    doc = json.loads(table.schema.metadata[METADATA_KEY])
+    doc["run"].update(mode="causal", think_scale=0.5)
+    pq.write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(doc).encode()}), tmp_path / "c.parquet")
+    done = replay_cli("report", tmp_path / "c.parquet", src, "-o", tmp_path / "r.html")
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "<td>causal, think x0.5</td>" in page and "timed x1" not in page
+    assert "<td>afap QD1</td>" in page
+
+
+def test_a_colour_means_one_target_in_every_plot(runs):
+    """Two targets, two traces each: the CDF, the IOPS dots, latency over time (p50 and p99),
+    the scatter and the I/Os in flight give each target one colour, never the other's."""
+    from analysis import report
+    from analysis.results import load
+
+    files = [report._Item(p, side, load(p)) for side, key in (("slow", "a"), ("fast", "b"))
+             for p in runs[key][0]]
+    colours = plots.target_colours(["slow", "fast"])
+    figures = dict((name, fig) for name, _, fig in report._file_figures(files, 10**8, colours))
+    seen = {"slow": set(), "fast": set()}
+
+    def note(label, colour):
+        target = label.split(":")[0].split()[0]
+        seen[target].add(matplotlib.colors.to_hex(colour))
+
+    for handle in figures["latency_cdf"].legends[0].legend_handles[:2]:
+        note(handle.get_label(), handle.get_color())
+    for name in ("latency_over_time", "inflight"):
+        for line in figures[name].axes[0].get_lines():
+            note(line.get_label(), line.get_color())
+    for name in ("iops_over_time", "latency_scatter"):
+        for dots in figures[name].axes[0].collections:
+            note(dots.get_label(), dots.get_facecolor()[0])
+    assert seen == {t: {matplotlib.colors.to_hex(colours[t])} for t in seen}
+    lines = figures["latency_over_time"].axes[0].get_lines()
+    assert len(lines) == 8 and len({(ln.get_color(), ln.get_linestyle(), ln.get_linewidth()) for ln in lines}) == 8
+    for fig in figures.values():
+        plots.png_bytes(fig)
