@@ -74,7 +74,7 @@ def _row_bytes(name) -> int:
 
 
 class TraceSource:
-    """A trace file as the runner reads it: one validating pass (`_scan`) learns its span,
+    """A trace file as the runner reads it: one validating pass (`scan_trace`) learns its span,
     longest I/O and op mix before anything is issued, then `chunks` streams it: from memory
     when its replayed columns fit in CACHE_BYTES (the scan kept them), else from the file."""
 
