@@ -44,8 +44,8 @@ def run(
              "0.5 at half speed.")] = 1.0,
     afap: Annotated[bool, typer.Option(
         "--afap",
-        help="Ignore the trace's timing and issue as fast as possible with --qd I/Os in "
-             "flight.")] = False,
+        help="Shorthand for --timing afap: ignore the trace's timing and issue as fast as "
+             "possible with --qd I/Os in flight.")] = False,
     timing: Annotated[Optional[Timing], typer.Option(
         help="original: each I/O at its captured time over --speed (the default); afap: as --afap; "
              "causal: each I/O when the I/Os it waited for in the capture have completed on "
