@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::ops::Range;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -54,13 +55,13 @@ const AFAP_BATCH: usize = 32;
 const PROGRESS_EVERY: u64 = 1024;
 
 /// A chunk being replayed: rows are claimed by bumping `claimed`; each row's results are
-/// written by the one thread that claimed it, then counted in `finished` (Release), which the
-/// thread that retires the chunk reads (Acquire) before it reads the results.
+/// written by the one thread that claimed it, then counted in `finished` (Release, once per
+/// claim: rows done are rows issued), which the thread that retires the chunk reads (Acquire)
+/// before it reads the results.
 struct Slot {
     chunk: Chunk,
     claimed: AtomicUsize,
     finished: AtomicUsize,
-    issued: AtomicUsize,
     intended_ns: Vec<AtomicI64>,
     issue_ns: Vec<AtomicI64>,
     complete_ns: Vec<AtomicI64>,
@@ -75,7 +76,6 @@ impl Slot {
             chunk,
             claimed: AtomicUsize::new(0),
             finished: AtomicUsize::new(0),
-            issued: AtomicUsize::new(0),
             intended_ns: col(-1),
             issue_ns: col(-1),
             complete_ns: col(-1),
@@ -95,7 +95,7 @@ impl Slot {
             issue_ns: col(&self.issue_ns),
             complete_ns: col(&self.complete_ns),
             result: col(&self.result),
-            issued: self.issued.load(Ordering::Relaxed),
+            issued: self.finished.load(Ordering::Acquire),
         }
     }
 }
@@ -188,46 +188,59 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
     fn worker(&self, thread: usize) -> i64 {
         set_precise_timer_slack();
         let batch = if self.mode == Mode::Afap { AFAP_BATCH } else { 1 };
-        let (mut cur, mut count) = (None, 0u64);
-        'claims: while let Some((slot, first, end)) = self.claim(&mut cur, batch) {
-            for i in first..end {
-                if self.stopping() {
-                    break 'claims; // the row stays unissued (-1); the run returns it so
-                }
-                // Built before the wait, so nothing but the system call follows the deadline.
-                let io = slot.chunk.io_reading_into(i, self.bufs, thread as u64);
-                let (due, at) = match self.mode {
-                    Mode::Original { speed } | Mode::Causal { speed, .. } => {
-                        let due = intended_ns(slot.chunk.ts_ns[i], speed);
-                        match wait_or_stop(self.clock, self.t0 + due, self.stop) {
-                            Some(at) => (due, at),
-                            None => break 'claims,
-                        }
-                    }
-                    Mode::Afap => {
-                        let at = self.clock.now();
-                        (at - self.t0, at)
-                    }
-                };
-                let c = self.issuer.issue(&io, at);
-                slot.intended_ns[i].store(due, Ordering::Relaxed);
-                slot.issue_ns[i].store(c.issue_ns.unwrap_or(at) - self.t0, Ordering::Relaxed);
-                slot.complete_ns[i].store(c.complete_ns - self.t0, Ordering::Relaxed);
-                slot.result[i].store(slot.chunk.result(i, c.result), Ordering::Relaxed);
-                slot.issued.fetch_add(1, Ordering::Relaxed);
-                if slot.finished.fetch_add(1, Ordering::Release) + 1 == slot.chunk.len() {
-                    self.retire();
-                }
-                count += 1;
-                if count % PROGRESS_EVERY == 0 {
-                    self.completed.fetch_add(PROGRESS_EVERY, Ordering::Relaxed);
-                }
+        let (mut cur, mut count, mut reported) = (None, 0u64, 0u64);
+        while let Some((slot, first, end)) = self.claim(&mut cur, batch) {
+            let done = self.issue_rows(&slot, first..end, thread);
+            count += done as u64;
+            // The chunk's counters are shared by every thread: touched once per claim, not per
+            // I/O, or their cache line would cross between the CPUs with every I/O.
+            if slot.finished.fetch_add(done, Ordering::Release) + done == slot.chunk.len() {
+                self.retire();
+            }
+            if count - reported >= PROGRESS_EVERY {
+                self.completed.fetch_add(count - reported, Ordering::Relaxed);
+                reported = count;
+            }
+            if done < end - first {
+                break; // stopped: the rows left stay unissued (-1), and the run returns them so
             }
         }
-        self.completed.fetch_add(count % PROGRESS_EVERY, Ordering::Relaxed);
+        self.completed.fetch_add(count - reported, Ordering::Relaxed);
         self.rows_issued.fetch_add(count, Ordering::Relaxed);
         self.clock.thread_done();
         thread_cpu_ns()
+    }
+
+    /// Waits for, issues and records the claimed `rows` of `slot` in order; returns how many
+    /// it did (fewer on a stop).
+    fn issue_rows(&self, slot: &Slot, rows: Range<usize>, thread: usize) -> usize {
+        let (first, rows_end) = (rows.start, rows.end);
+        for i in rows {
+            if self.stopping() {
+                return i - first;
+            }
+            // Built before the wait, so nothing but the system call follows the deadline.
+            let io = slot.chunk.io_reading_into(i, self.bufs, thread as u64);
+            let (due, at) = match self.mode {
+                Mode::Original { speed } | Mode::Causal { speed, .. } => {
+                    let due = intended_ns(slot.chunk.ts_ns[i], speed);
+                    match wait_or_stop(self.clock, self.t0 + due, self.stop) {
+                        Some(at) => (due, at),
+                        None => return i - first,
+                    }
+                }
+                Mode::Afap => {
+                    let at = self.clock.now();
+                    (at - self.t0, at)
+                }
+            };
+            let c = self.issuer.issue(&io, at);
+            slot.intended_ns[i].store(due, Ordering::Relaxed);
+            slot.issue_ns[i].store(c.issue_ns.unwrap_or(at) - self.t0, Ordering::Relaxed);
+            slot.complete_ns[i].store(c.complete_ns - self.t0, Ordering::Relaxed);
+            slot.result[i].store(slot.chunk.result(i, c.result), Ordering::Relaxed);
+        }
+        rows_end - first
     }
 }
 
