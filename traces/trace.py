@@ -634,7 +634,10 @@ def convert_journal(journal, path, extra_metadata=None, compression="lz4", group
     try:
         for batch in own if batches is None else batches:
             if batch.num_rows:
-                out._append(pa.Table.from_batches([batch]).cast(out._schema))
+                table = pa.Table.from_batches([batch])
+                # A cast where the types already match is a copy, and its first use imports
+                # pyarrow.compute (0.09 s of CPU, a tenth of a 1M-I/O replay's Python time).
+                out._append(table if table.schema == out._schema else table.cast(out._schema))
         return out.close((extra_metadata() if callable(extra_metadata) else extra_metadata) or {})
     except BaseException:
         out.abort()
