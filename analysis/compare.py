@@ -170,7 +170,7 @@ def _point_metrics(r: Results) -> dict:
     out["lateness max"] = late["max"]
     lat = tr["all"]["lat_ns"]
     out["waiting s"] = lat["mean"] * lat["N"] / 1e9
-    if r.closed_loop:
+    if r.runs_to_finish:
         out["duration s"] = tr["duration_ns"] / 1e9
     return out
 

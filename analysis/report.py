@@ -17,6 +17,7 @@ from analysis import plots
 from analysis.compare import target_label
 from analysis.histogram import LatencyHistogram, bin_lower
 from analysis.results import Results, ResultsError, ResultsSet, load
+from analysis.suite import score_set
 from analysis.timeseries import SECOND_NS, time_series
 from analysis.verdict import SYNTHETIC_SCORES, VerdictError, _ratio, _secs, mode_label, verdict
 from traces.schema import Op
@@ -246,6 +247,21 @@ def _set_rows(sets) -> list:
     return rows
 
 
+def _suite_html(item) -> str:
+    """A suite's table, as `replay suite` prints it, for its target."""
+    s = score_set(item.loaded)
+    rows = [[html.escape(w.name) + (' <span class="partial">(partial)</span>' if w.partial else ""),
+             _fmt_ns(w.run_time_ns), "-" if w.run_time_ratio is None else f"{w.run_time_ratio:.2f}x",
+             f"{w.data_rate / 1e6:,.1f}", _fmt_ns(w.read.mean_ns), _fmt_ns(w.read.p99_ns),
+             _fmt_ns(w.write.mean_ns), _fmt_ns(w.write.p99_ns)] for w in [*s.workloads, s.overall]]
+    score = "-" if s.composite is None else _number(s.composite)
+    return (f"<h3>{html.escape(item.label)}, {html.escape(s.timing)} timing</h3>"
+            + _table(["workload", "run time", "vs capture", "MB/s", "read avg", "read p99", "write avg",
+                      "write p99"], rows)
+            + f"<p>Composite (ours, PCMark-style: the geometric mean over the workloads of MB/s and of "
+              f"1 / average access time in ms; see docs/suite.md): <b>{score}</b></p>")
+
+
 def _verdict_html(v) -> str:
     """The verdict as HTML tables: the synthetic scores, then real use per workload, then its
     sentences; the same figures as `replay verdict` prints."""
@@ -253,7 +269,8 @@ def _verdict_html(v) -> str:
     synth = _table(["synthetic test", f"A: {v.label_a}", f"B: {v.label_b}", "B / A"], [
         [html.escape(s.label) + (" (partial)" if s.partial else ""),
          f"{_number(s.a)} {html.escape(s.unit)}", f"{_number(s.b)} {html.escape(s.unit)}", _ratio(s.ratio)]
-        for s in v.synthetic], "one-name")
+        for s in v.synthetic], "one-name") if v.synthetic else \
+        f"<p>No synthetic test: {html.escape(v.faster)} is the faster over the workloads.</p>"
     rows = []
     for w in v.workloads:
         partial = w.a.partial or w.b.partial
@@ -269,6 +286,8 @@ def _verdict_html(v) -> str:
            "intended); share: how much of the synthetic advantage shows, on a log scale.</p>",
            synth, real, "<ul class='verdict'>" + "".join(f"<li>{html.escape(w.sentence)}</li>"
                                                          for w in v.workloads) + "</ul>"]
+    if v.run_time_sentence():
+        out.append(f"<p><b>{html.escape(v.run_time_sentence())}</b></p>")
     if any(w.a.partial or w.b.partial for w in v.workloads):
         out.append("<p class='partial'>partial: an interrupted run; compared over the I/Os both runs did.</p>")
     out += [f"<p class='note'>{html.escape(n)}</p>" for n in v.notes]
@@ -366,10 +385,15 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
         raise ResultsError("no results given; pass results files of `replay run` or directories of `replay bench`")
     if labels and len(labels) != len(paths):
         raise ResultsError(f"{len(labels)} labels for {len(paths)} inputs; give one --label per input, in order")
-    items = []
+    items, suites = [], []
     for i, p in enumerate(paths):
         loaded = load(p)
-        items.append(_Item(p, labels[i] if labels else _target_label(loaded), loaded))
+        label = labels[i] if labels else _target_label(loaded)
+        if isinstance(loaded, ResultsSet) and loaded.suite:  # its workloads, as results files
+            suites.append(_Item(p, label, loaded))
+            items += [_Item(run.path, label, run) for run in loaded.measured()]
+        else:
+            items.append(_Item(p, label, loaded))
     output = Path(output)
     files_dir = output.with_name(output.stem + "_files")
     files_dir.mkdir(parents=True, exist_ok=True)
@@ -429,7 +453,8 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
         (sa, fa), (sb, fb) = side[targets[0]], side[targets[1]]
         try:
             v = verdict(sa, sb, fa, fb, targets[0], targets[1])
-            verdict_html = "<h2>Verdict: does the synthetic advantage show up in real use?</h2>" + _verdict_html(v)
+            question = "the synthetic advantage" if v.synthetic else "the faster target's advantage"
+            verdict_html = f"<h2>Verdict: does {question} show up in real use?</h2>" + _verdict_html(v)
         except VerdictError as e:
             notes.append(f"No verdict table: {e}")
 
@@ -444,6 +469,8 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
         parts.append("<h2>Replays</h2>" + _table(
             ["target", "trace", "mode", "I/Os", "duration", "IOPS", "MB/s", "p50 latency",
              "p99 latency", "max latency", "status"], _summary_rows(files)))
+    if suites:
+        parts.append("<h2>Real-use suite</h2>" + "".join(_suite_html(it) for it in suites))
     if sets:
         parts.append("<h2>Synthetic tests</h2>" + _table(["target", "test", "runs", "scores", "status"], _set_rows(sets)))
     parts.append(verdict_html)

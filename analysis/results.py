@@ -17,6 +17,7 @@ RESULTS_KIND = "results"
 SET_FORMAT = "tracereplay-results-set"
 SET_VERSION = 1
 SET_FILE = "results.json"
+SUITE_TEST = "suite"  # a results set of `replay suite`: a run per real workload
 _NEEDED = (*TRACE_COLUMNS, *RESULT_COLUMNS)
 # Rows per chunk for the summary: fewer Python round trips. CPU over 10M rows (read and
 # summary): 0.96-1.11 s with the reader's default of 65,536 rows, 0.87-0.92 with 2**20.
@@ -120,6 +121,13 @@ class Results:
         return self.run.get("mode") == "afap"
 
     @property
+    def runs_to_finish(self) -> bool:
+        """Closed-loop and causal replays run as the workload would, so their time to finish
+        counts; causal ones keep the application's own time between I/Os, so theirs is its
+        run time."""
+        return self.closed_loop or self.run.get("mode") == "causal"
+
+    @property
     def speed(self) -> float:
         return float(self.run.get("speed") or 1.0)
 
@@ -216,6 +224,11 @@ class ResultsSet:
     @property
     def interrupted(self) -> bool:
         return bool(self.metadata.get("interrupted")) or any(r.interrupted for r in self.runs)
+
+    @property
+    def suite(self) -> bool:
+        """A `replay suite` set: its measured runs are replays of real workloads."""
+        return self.test == SUITE_TEST
 
     def measured(self) -> list[Results]:
         """The runs that are scored (role "measure"), in order."""

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from analysis.compare import target_label
 from traces.schema import Op
 
 # The Storage Bench caps each idle gap at 25 ms, so a workload's pauses (its users' think
@@ -216,3 +217,9 @@ def columns_of(results) -> dict:
 def score_results(target: str, timing: str, runs, notes=()) -> SuiteScores:
     """SuiteScores of results files (Results), one per workload, named by their run name."""
     return score_suite(target, timing, ((r.run_name, columns_of(r), r.interrupted) for r in runs), notes)
+
+
+def score_set(suite) -> SuiteScores:
+    """The scores of a `replay suite` results set (analysis.results.ResultsSet), from its files."""
+    timing = str((suite.options or {}).get("timing") or "causal")
+    return score_results(target_label(suite.target), timing, suite.measured())

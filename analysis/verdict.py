@@ -4,6 +4,7 @@ Two targets, A and B. Synthetic ratios come from results sets (`replay bench`) o
 closed-loop results files; real-use ratios from `replay run` results of the same traces on
 both, matched by trace name. Every ratio is "B over A, > 1 means B is better".
 """
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -12,7 +13,7 @@ import numpy as np
 
 from analysis.compare import target_label
 from analysis.histogram import LatencyHistogram
-from analysis.results import Results, ResultsError, ResultsSet, load
+from analysis.results import SET_FILE, SUITE_TEST, Results, ResultsError, ResultsSet, load
 
 # (scores key of a results set's test, label, unit); all are higher-is-better.
 SYNTHETIC_SCORES = {
@@ -26,6 +27,10 @@ SYNTHETIC_SCORES = {
 NOISE = 0.05
 # Shares of the synthetic advantage (on a log scale) that decide the one-word answer.
 SHOWS_UP, PARTLY = 0.5, 0.1
+# The suite's question (issue 24): in how many workloads does the faster target change the
+# run time by more than this share of the slower one's? Without a synthetic test, it is also
+# the line between "yes" and "no" in a workload.
+RUN_TIME_CHANGE = 0.10
 
 
 class VerdictError(ResultsError):
@@ -84,10 +89,32 @@ class Verdict:
     synthetic: list[Synthetic]
     workloads: list[Workload]
     notes: list[str] = field(default_factory=list)
+    # The faster target's label: B or A on the reference synthetic test, or, without one, on
+    # the geometric mean of the workloads' ratios.
+    faster: str = ""
 
     @property
-    def reference(self) -> Synthetic:
-        return self.synthetic[0]
+    def reference(self) -> Synthetic | None:
+        return self.synthetic[0] if self.synthetic else None
+
+    def run_time_changes(self) -> tuple[list[tuple[str, float]], int]:
+        """([(workload, the faster target's run time over the slower one's)] for the workloads
+        whose run time it changes by more than RUN_TIME_CHANGE, the number of workloads
+        replayed to finish on both)."""
+        compared = [w for w in self.workloads if w.finish_ratio]
+        b_faster = self.faster == self.label_b
+        factors = [(w.name, 1 / w.finish_ratio if b_faster else w.finish_ratio) for w in compared]
+        return [(n, f) for n, f in factors if abs(f - 1) > RUN_TIME_CHANGE], len(compared)
+
+    def run_time_sentence(self) -> str | None:
+        """In how many workloads the faster target changes the run time by more than 10 %."""
+        changed, compared = self.run_time_changes()
+        if not compared:
+            return None
+        which = "".join(f"{', ' if i else ': '}{n} {1 / f:.2f}x sooner" if f < 1 else
+                        f"{', ' if i else ': '}{n} {f:.2f}x later" for i, (n, f) in enumerate(changed))
+        return (f"{self.faster} changes the run time by more than {RUN_TIME_CHANGE:.0%} in "
+                f"{len(changed)} of the {compared} workloads replayed to finish{which}.")
 
     def to_dict(self) -> dict:
         def clean(x):
@@ -103,13 +130,20 @@ class Verdict:
             "a": self.label_a, "b": self.label_b,
             "synthetic": [{**asdict(s), "ratio": s.ratio} for s in self.synthetic],
             "workloads": [{**asdict(w), "primary_ratio": w.primary_ratio} for w in self.workloads],
+            "faster": self.faster,
+            "run_time_change": {"threshold": RUN_TIME_CHANGE, "compared": self.run_time_changes()[1],
+                                "changed": dict(self.run_time_changes()[0])},
             "notes": self.notes,
         }
         return clean(out)
 
     def format_table(self) -> str:
         a, b = self.label_a, self.label_b
-        lines = [f"A = {a}", f"B = {b}", "", "synthetic (B / A, higher is better for B):"]
+        lines = [f"A = {a}", f"B = {b}", ""]
+        if self.synthetic:
+            lines.append("synthetic (B / A, higher is better for B):")
+        else:
+            lines.append(f"no synthetic test given: {self.faster} is the faster over the workloads")
         for s in self.synthetic:
             mark = "  (partial)" if s.partial else ""
             lines.append(f"  {s.label:<22}{_num(s.a):>12} {s.unit:<7}{_num(s.b):>12} {s.unit:<7}"
@@ -127,6 +161,8 @@ class Verdict:
                 f"{_ratio(w.finish_ratio) if w.finish_ratio else '-':>8}{share:>7}  {w.answer}")
         lines.append("")
         lines += [w.sentence for w in self.workloads]
+        if self.run_time_sentence():
+            lines += ["", self.run_time_sentence()]
         if any(w.a.partial or w.b.partial for w in self.workloads):
             lines.append("* partial: an interrupted run; compared over the I/Os both runs did")
         lines += [f"note: {n}" for n in self.notes]
@@ -136,12 +172,6 @@ class Verdict:
 def mode_label(w) -> str:
     """A workload's timing in one word, as the verdict's tables give it."""
     return "causal" if w.mode == "causal" else "afap" if w.closed_loop else "timed"
-
-
-def _runs_to_finish(results) -> bool:
-    """Closed-loop and causal replays run as the workload would: their time to finish counts.
-    Causal replays keep the application's own time between I/Os, so theirs is its run time."""
-    return results.closed_loop or results.run.get("mode") == "causal"
 
 
 def _num(x: float) -> str:
@@ -215,6 +245,16 @@ def synthetic_ratios(paths_a, paths_b) -> list[Synthetic]:
 
 # ---- real-use side --------------------------------------------------------------------------
 
+def _suite_set(path: Path) -> ResultsSet | None:
+    """The results set of `replay suite` in directory `path`, or None for another set (a
+    bench's, whose test is no workload)."""
+    try:
+        doc = json.loads((path / SET_FILE).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return load(path) if isinstance(doc, dict) and doc.get("test") == SUITE_TEST else None
+
+
 def _results_files(paths) -> dict[str, Results]:
     """Results files of timed or closed-loop trace replays, by trace name: files, or the
     *.parquet in directories (results sets are skipped: they are synthetic)."""
@@ -223,17 +263,22 @@ def _results_files(paths) -> dict[str, Results]:
         if not path.exists():
             raise VerdictError(f"{path}: no such file or directory; give results files of "
                                "`replay run` or a directory holding them")
-        files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
-        if path.is_dir() and (path / "results.json").exists():
-            raise VerdictError(f"{path}: a results set of `replay bench`; give it with "
-                               "--synthetic, and the results of `replay run` with --traces")
-        if not files:
-            raise VerdictError(f"{path}: holds no .parquet results files; replay the traces "
-                               "with `replay run TRACE TARGET -o DIR/NAME.parquet` first")
-        for file in files:
-            r = load(file)
+        if path.is_dir() and (path / SET_FILE).exists():
+            suite = _suite_set(path)
+            if suite is None:
+                raise VerdictError(f"{path}: a results set of `replay bench`; give it with "
+                                   "--synthetic, and the results of `replay run` or `replay suite` "
+                                   "with --traces")
+            runs = suite.measured()
+        else:
+            files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+            if not files:
+                raise VerdictError(f"{path}: holds no .parquet results files; replay the traces "
+                                   "with `replay run TRACE TARGET -o DIR/NAME.parquet` first")
+            runs = [load(file) for file in files]
+        for r in runs:
             if r.name in out:
-                raise VerdictError(f"{file} and {out[r.name].path} are both results of trace "
+                raise VerdictError(f"{r.path} and {out[r.name].path} are both results of trace "
                                    f"{r.name!r} on one target; keep one of them")
             out[r.name] = r
     return out
@@ -267,7 +312,7 @@ def real_use(results: Results, rows: int | None = None) -> RealUse:
     if hist.count == 0:
         raise VerdictError(f"{results.path}: no I/O of it was issued; run the replay again")
     partial = results.interrupted or (rows is not None and rows < results.rows)
-    finish = last - first if _runs_to_finish(results) and not partial else None
+    finish = last - first if results.runs_to_finish and not partial else None
     return RealUse(done, wait, int(hist.percentile(99.0)), finish, partial)
 
 
@@ -322,7 +367,47 @@ def _causal_clause(w: Workload, real: float, wait: float, fast: str) -> str:
     return f"{w.name} would finish {1 / real:.2f}x later on {fast} (causal replay): the advantage is reversed."
 
 
-def compare_workload(ra: Results, rb: Results, ref: Synthetic, labels) -> Workload:
+def _sentence_alone(w: Workload, b_faster: bool, labels) -> str:
+    """Without a synthetic test: what the faster target does to the workload, by itself."""
+    fast = labels[1] if b_faster else labels[0]
+    real = w.primary_ratio if b_faster else 1 / w.primary_ratio
+    if w.primary == "wait":
+        if w.answer == "no":
+            return f"On {w.name} the I/Os wait within {RUN_TIME_CHANGE:.0%} of the same time on either."
+        return (f"On {w.name} the I/Os wait {real:.2f}x less on {fast}." if real > 1 else
+                f"On {w.name} the I/Os wait {1 / real:.2f}x more on {fast}.")
+    verb, how = ("would finish", " (causal replay)") if w.mode == "causal" else ("finishes", "")
+    if w.answer == "no":
+        return f"{w.name} {verb} within {RUN_TIME_CHANGE:.0%} of the same time on either{how}."
+    return (f"{w.name} {verb} {real:.2f}x sooner on {fast}{how}." if real > 1 else
+            f"{w.name} {verb} {1 / real:.2f}x later on {fast}{how}.")
+
+
+def judge(w: Workload, ref: Synthetic | None, labels, b_faster: bool) -> Workload:
+    """Fill in the workload's share, answer and sentence: against the reference synthetic
+    test, or without one, by whether the faster target changes its run time (or its waits)
+    by more than RUN_TIME_CHANGE."""
+    if ref is not None:
+        w.share = _log_share(w.primary_ratio, ref.ratio)
+        w.answer = _answer(w.primary_ratio, w.share)
+        w.sentence = _sentence(w, ref, *labels)
+        return w
+    real = w.primary_ratio if b_faster else 1 / w.primary_ratio
+    w.answer = "no" if abs(1 / real - 1) <= RUN_TIME_CHANGE else "yes" if real > 1 else "reversed"
+    w.sentence = _sentence_alone(w, b_faster, labels)
+    return w
+
+
+def compare_workload(ra: Results, rb: Results, ref: Synthetic | None, labels,
+                     b_faster: bool | None = None) -> Workload:
+    """One workload on both targets, judged (`judge`); `b_faster` says which target is the
+    faster where there is no synthetic reference to say it."""
+    w = measure_workload(ra, rb)
+    return judge(w, ref, labels, ref.ratio >= 1 if ref is not None else bool(b_faster))
+
+
+def measure_workload(ra: Results, rb: Results) -> Workload:
+    """One workload's figures on both targets; `judge` fills in what they mean."""
     if ra.run.get("mode") == "causal" or rb.run.get("mode") == "causal":
         if ra.run.get("mode") != rb.run.get("mode"):
             raise VerdictError(f"{ra.path} and {rb.path}: trace {ra.name!r} was replayed with causal "
@@ -347,12 +432,8 @@ def compare_workload(ra: Results, rb: Results, ref: Synthetic, labels) -> Worklo
     p99_ratio = ua.p99_ns / ub.p99_ns if ub.p99_ns > 0 else math.inf
     finish_ratio = ua.finish_ns / ub.finish_ns if ua.finish_ns and ub.finish_ns else None
     primary = "finish" if finish_ratio is not None else "wait"
-    real = finish_ratio if primary == "finish" else wait_ratio
-    share = _log_share(real, ref.ratio)
-    w = Workload(ra.name, ra.closed_loop, ua, ub, wait_ratio, p99_ratio, finish_ratio, primary,
-                 share, _answer(real, share), "", ra.run.get("mode") or "original")
-    w.sentence = _sentence(w, ref, *labels)
-    return w
+    return Workload(ra.name, ra.closed_loop, ua, ub, wait_ratio, p99_ratio, finish_ratio, primary,
+                    None, "", "", ra.run.get("mode") or "original")
 
 
 def _label(items, fallback: str) -> str:
@@ -364,12 +445,14 @@ def _label(items, fallback: str) -> str:
 
 def verdict(synthetic_a, synthetic_b, traces_a, traces_b, label_a=None, label_b=None) -> Verdict:
     """Compare two targets: `synthetic_*` are results sets (or closed-loop results files) of
-    each, `traces_*` results files (or directories of them) of real traces replayed on each."""
-    for what, paths in (("--synthetic", synthetic_a), ("--synthetic", synthetic_b),
+    each, or none for neither; `traces_*` results files, directories of them or `replay suite`
+    sets of real traces replayed on each."""
+    for what, paths in (("--synthetic", synthetic_a if synthetic_b else synthetic_b),
+                        ("--synthetic", synthetic_b if synthetic_a else synthetic_a),
                         ("--traces", traces_a), ("--traces", traces_b)):
-        if not paths:
+        if not paths and (what == "--traces" or synthetic_a or synthetic_b):
             raise VerdictError(f"{what} needs results for both targets A and B")
-    synth = synthetic_ratios(synthetic_a, synthetic_b)
+    synth = synthetic_ratios(synthetic_a, synthetic_b) if synthetic_a else []
     ra, rb = _results_files(traces_a), _results_files(traces_b)
     common = [name for name in ra if name in rb]
     if not common:
@@ -382,5 +465,12 @@ def verdict(synthetic_a, synthetic_b, traces_a, traces_b, label_a=None, label_b=
     notes = [f"{name} was replayed only on {side}; left out"
              for side, mine, other in (("A", ra, rb), ("B", rb, ra)) for name in mine if name not in other]
     notes += [f"the {s.label} score comes from an interrupted run (partial)" for s in synth if s.partial]
-    workloads = [compare_workload(ra[n], rb[n], synth[0], labels) for n in common]
-    return Verdict(labels[0], labels[1], synth, workloads, notes)
+    workloads = [measure_workload(ra[n], rb[n]) for n in common]
+    if synth:
+        b_faster = synth[0].ratio >= 1
+    else:  # the geometric mean of the ratios A / B (> 1: B is faster) of every workload
+        logs = [math.log(w.primary_ratio) for w in workloads if 0 < w.primary_ratio < math.inf]
+        b_faster = sum(logs) >= 0
+    for w in workloads:
+        judge(w, synth[0] if synth else None, labels, b_faster)
+    return Verdict(labels[0], labels[1], synth, workloads, notes, labels[1] if b_faster else labels[0])

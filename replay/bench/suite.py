@@ -7,9 +7,8 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from analysis.compare import target_label
-from analysis.results import Results
-from analysis.suite import SuiteScores, score_results
+from analysis.results import SUITE_TEST, ResultsSet
+from analysis.suite import SuiteScores, score_set
 from replay.bench.options import FORMAT, VERSION
 from replay.bench.session import check_out_dir, fill_generator, write_index
 from replay.runner import GeneratorSource, RunOptions, TraceSource, null_target, replay
@@ -18,7 +17,6 @@ from traces.errors import ReplayError
 from traces.targets import inspect_target
 from traces.trace import open_trace
 
-TEST = "suite"
 # empty: the target as it is; full: filled with sequential writes first, as the Storage
 # Bench's full-drive runs.
 STATES = ("empty", "full")
@@ -147,10 +145,9 @@ class Suite:
                     break
         except KeyboardInterrupt:  # before a run's first I/O: nothing of it to keep
             interrupted = True
-        measured = [Results(self.out_dir / r["file"], role=r["role"], run_name=r["name"])
-                    for r in self.runs if r["role"] == "measure"]
-        scores = score_results(target_label(asdict(self.target)), self.options.timing, measured) \
-            if measured else None
+        self._save(interrupted)
+        measured = any(r["role"] == "measure" for r in self.runs)
+        scores = score_set(ResultsSet(self.out_dir)) if measured else None
         return self._save(interrupted, scores), scores
 
     def _fill(self):
@@ -171,7 +168,7 @@ class Suite:
 
         outcome = replay(source, self.target_arg, options, output=self.out_dir / f"{name}.parquet",
                          progress=progress, notices=self.notices,
-                         metadata={"bench": {"test": TEST, "run": name, "role": role}})
+                         metadata={"bench": {"test": SUITE_TEST, "run": name, "role": role}})
         self.runs.append({"name": name, "file": f"{name}.parquet", "role": role,
                           "parameters": {"trace": str(source) if isinstance(source, Path) else None,
                                          "timing": options.timing},
@@ -182,7 +179,7 @@ class Suite:
 
     def _save(self, interrupted, scores: SuiteScores | None = None) -> dict:
         doc = {
-            "format": FORMAT, "version": VERSION, "test": TEST, "target": asdict(self.target),
+            "format": FORMAT, "version": VERSION, "test": SUITE_TEST, "target": asdict(self.target),
             "started": self.started, "finished": datetime.now(timezone.utc).isoformat(),
             "interrupted": interrupted,
             "options": {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)

@@ -30,9 +30,9 @@ def suite(
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o",
         help="Directory for the results: one Parquet results file per workload and "
-             "results.json, the suite's summary and scores, which replay compare reads as one "
-             "set. Created if missing; files of the same names "
-             "are replaced.", show_default=False)] = None,
+             "results.json, the suite's summary and scores, which replay compare, replay verdict "
+             "and replay report read as one set. Created if missing; files of the same names are "
+             "replaced.", show_default=False)] = None,
     only: Annotated[Optional[str], typer.Option(
         "--only", help="Replay only these workloads, comma separated (for example oltp,blob).",
         show_default=False)] = None,

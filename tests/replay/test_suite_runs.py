@@ -22,8 +22,9 @@ from traces.schema import Op
 
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[2]
-# Rows of each bundled capture kept: about a second of each.
-CUTS = {"filecopy": 800, "oltp": 3000}
+# Rows of each bundled capture kept: about a second of each, and 180 MB of filecopy's writes,
+# a few seconds on the throttled drive of the pair.
+CUTS = {"filecopy": 150, "oltp": 2000}
 
 
 def short_library(directory: Path, cuts=CUTS) -> Path:
@@ -129,3 +130,53 @@ def test_state_full_fills_the_whole_target_before_the_workloads(tmp_path, loop_d
     rows = [line.split()[0] for line in done.stdout.splitlines()[2:] if line.strip()]
     assert rows[:2] == ["filecopy", "overall"] and "composite (ours" in done.stdout
     assert [r.name for r in load(out).measured()] == ["filecopy"]
+
+
+def test_two_drives_suites_read_as_sets_by_verdict_compare_and_report(drive_pair, tmp_path):
+    """One suite on each drive of the pair, then each reading command given the two
+    directories, and nothing else."""
+    lib = short_library(tmp_path / "lib")
+    out = {}
+    for name, dev in (("fast", drive_pair.fast), ("slow", drive_pair.slow)):
+        out[name] = tmp_path / name
+        done = drive_pair.replay(dev, "suite", dev, "--library", lib, "-o", out[name], "--remap", "wrap",
+                                 "--destroy-data")
+        assert done.returncode == 0, done.stderr
+    scores = {name: json.loads((d / "results.json").read_text())["scores"]["suite"] for name, d in out.items()}
+    run_time = {name: {w["name"]: w["run_time_ns"] for w in s["workloads"]} for name, s in scores.items()}
+
+    labels = ("--label-a", "slow", "--label-b", "fast")
+    done = replay_cli("verdict", "--traces-a", out["slow"], "--traces-b", out["fast"], *labels, "--json")
+    assert done.returncode == 0, done.stderr
+    v = json.loads(done.stdout)
+    assert v["synthetic"] == [] and sorted(w["name"] for w in v["workloads"]) == sorted(CUTS)
+    for w in v["workloads"]:  # causal replays: the time to finish is the suite's run time
+        assert w["mode"] == "causal"
+        assert w["finish_ratio"] == pytest.approx(run_time["slow"][w["name"]] / run_time["fast"][w["name"]])
+    # The faster drive, by the geometric mean of the ratios, and where it changes the run time
+    # by more than 10 % of the slower drive's.
+    ratios = [run_time["slow"][n] / run_time["fast"][n] for n in CUTS]
+    faster = "fast" if np.prod(ratios) >= 1 else "slow"
+    assert v["faster"] == faster
+    fast_over_slow = {n: (1 / r if faster == "fast" else r) for n, r in zip(CUTS, ratios)}
+    changed = {n: f for n, f in fast_over_slow.items() if abs(f - 1) > 0.10}
+    assert v["run_time_change"] == {"threshold": 0.1, "compared": 2, "changed": pytest.approx(changed)}
+    table = replay_cli("verdict", "--traces-a", out["slow"], "--traces-b", out["fast"], *labels).stdout
+    assert (f"{faster} changes the run time by more than 10% in {len(changed)} of the 2 workloads "
+            "replayed to finish") in table
+
+    done = replay_cli("compare", out["slow"], out["fast"], "--label", "slow", "--label", "fast", "--json")
+    assert done.returncode == 0, done.stderr
+    metrics = {m["metric"]: m for m in json.loads(done.stdout)["metrics"]}
+    for name in CUTS:
+        assert metrics[f"{name}: duration s"]["values"] == pytest.approx(
+            [run_time["slow"][name] / 1e9, run_time["fast"][name] / 1e9], rel=0.01)
+    assert metrics["score composite"]["values"] == [scores["slow"]["composite"], scores["fast"]["composite"]]
+
+    page = tmp_path / "report.html"
+    done = replay_cli("report", out["slow"], out["fast"], "--label", "slow", "--label", "fast", "-o", page)
+    assert done.returncode == 0, done.stderr
+    html = page.read_text()
+    suite_part = html.split("<h2>Real-use suite</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "<h3>slow, causal timing</h3>" in suite_part and "<h3>fast, causal timing</h3>" in suite_part
+    assert "Verdict" in html and f"{faster} changes the run time by more than 10%" in html
