@@ -64,13 +64,9 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
                     store = json.loads(store_outcome.read_text())
                 except (OSError, ValueError):
                     pass
-            s.provenance["outcome"] = {"elapsed_s": recorded.get("elapsed_s"), "status": recorded.get("status"),
-                                       "start_monotonic_ns": recorded.get("start_monotonic_ns"),
-                                       "end_monotonic_ns": recorded.get("end_monotonic_ns"),
-                                       "cpu_user_s": recorded.get("cpu_user_s"),
-                                       "cpu_system_s": recorded.get("cpu_system_s"),
-                                       "unit": "operations", **{k: v for k, v in store.items() if k != "elapsed_s"},
-                                       "store_elapsed_s": store.get("elapsed_s")}
+            s.provenance["outcome"] = timed.outcome(
+                recorded, unit="operations", **{k: v for k, v in store.items() if k != "elapsed_s"},
+                store_elapsed_s=store.get("elapsed_s"))
             return (f"{DESCRIPTION} {knobs['clients']} clients, {length} over {knobs['populate_mb']} MiB of "
                     f"blobs, memory limited to {knobs['memory_mb']} MiB, {knobs['fs']} on the device.")
 

@@ -75,14 +75,10 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
             recorded = timed.read(outcome_file)
             elapsed = recorded.get("elapsed_s")
             nbytes = s.provenance["source_folder"]["bytes"]
-            s.provenance["outcome"] = {"elapsed_s": elapsed, "status": recorded.get("status"),
-                                       "start_monotonic_ns": recorded.get("start_monotonic_ns"),
-                                       "end_monotonic_ns": recorded.get("end_monotonic_ns"),
-                                       "cpu_user_s": recorded.get("cpu_user_s"),
-                                       "cpu_system_s": recorded.get("cpu_system_s"),
-                                       "bytes": nbytes, "files": s.provenance["source_folder"]["files"],
-                                       "mb_per_s": nbytes / elapsed / MIB if elapsed else None,
-                                       "unit": "bytes", "reported_by": "the timer around cp and sync"}
+            s.provenance["outcome"] = timed.outcome(
+                recorded, bytes=nbytes, files=s.provenance["source_folder"]["files"],
+                mb_per_s=nbytes / elapsed / MIB if elapsed else None,
+                unit="bytes", reported_by="the timer around cp and sync")
             return (f"{DESCRIPTION} {s.provenance['source_folder']['files']} files, {knobs['size_mb']} MiB, "
                     f"memory limited to {knobs['memory_mb']} MiB, {knobs['fs']} on the device.")
 

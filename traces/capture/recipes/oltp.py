@@ -140,10 +140,7 @@ def outcome(recorded: dict) -> dict:
         return float(m.group(1)) if m else None
 
     processed = number(r"number of transactions actually processed: (\d+)")
-    return {"elapsed_s": recorded.get("elapsed_s"), "status": recorded.get("status"),
-            "start_monotonic_ns": recorded.get("start_monotonic_ns"),
-            "end_monotonic_ns": recorded.get("end_monotonic_ns"),
-            "transactions": None if processed is None else int(processed),
-            "tps": number(r"tps = ([\d.]+)"), "latency_ms": number(r"latency average = ([\d.]+) ms"),
-            "unit": "transactions", "reported_by": "pgbench"}
+    return timed.outcome(recorded, transactions=None if processed is None else int(processed),
+                         tps=number(r"tps = ([\d.]+)"), latency_ms=number(r"latency average = ([\d.]+) ms"),
+                         unit="transactions", reported_by="pgbench")
 

@@ -33,6 +33,13 @@ def read(outcome: Path) -> dict:
     return result
 
 
+def outcome(recorded: dict, **figures) -> dict:
+    """The timer's part of a recipe's `outcome` (elapsed time, status, start and end on the
+    monotonic clock, CPU time) with the application's own `figures` added."""
+    kept = ("elapsed_s", "status", "start_monotonic_ns", "end_monotonic_ns", "cpu_user_s", "cpu_system_s")
+    return {**{k: recorded.get(k) for k in kept}, **figures}
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 3 or argv[1] != "--":
