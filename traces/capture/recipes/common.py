@@ -6,6 +6,7 @@ recipe ends: success, an exception, Ctrl-C or SIGTERM.
 """
 import contextlib
 import datetime
+import glob
 import os
 import platform
 import shlex
@@ -19,7 +20,8 @@ from pathlib import Path
 
 from traces.errors import ReplayError
 
-__all__ = ["RecipeError", "Session", "MemoryCgroup", "parse_knobs", "require", "version_of", "run"]
+__all__ = ["RecipeError", "Session", "MemoryCgroup", "parse_knobs", "require", "missing_packages",
+           "version_of", "run"]
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -78,13 +80,24 @@ def parse_knobs(spec: dict, given: dict) -> dict:
     return knobs
 
 
+def _present(tool: str) -> bool:
+    """A program on PATH, or for an absolute path (a glob), a file that matches it."""
+    return bool(glob.glob(tool)) if tool.startswith("/") else shutil.which(tool) is not None
+
+
+def missing_packages(tools: dict[str, str]) -> list[str]:
+    """The Debian packages of `tools` ({program or file: package}) that are not installed."""
+    return sorted({pkg for tool, pkg in tools.items() if not _present(tool)})
+
+
 def require(tools: dict[str, str], notices: list, *, install: bool = True) -> None:
-    """Make sure each program of `tools` ({program: Debian package}) is on PATH.
+    """Make sure each program of `tools` ({program: Debian package}) is on PATH; a key that is
+    an absolute path (a glob: "/usr/src/linux-source-*.tar.xz") is a file the package ships.
 
     Missing ones are installed with apt-get when `install` and running as root; otherwise,
     or when that fails, RecipeError names the packages to install.
     """
-    missing = sorted({pkg for tool, pkg in tools.items() if shutil.which(tool) is None})
+    missing = missing_packages(tools)
     if not missing:
         return
     hint = f"install the Debian package(s) {' '.join(missing)} (apt-get install {' '.join(missing)})"
@@ -98,7 +111,7 @@ def require(tools: dict[str, str], notices: list, *, install: bool = True) -> No
         done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise RecipeError(f"apt-get could not install {' '.join(missing)}; {hint}")
-    still = sorted(tool for tool in tools if shutil.which(tool) is None)
+    still = sorted(tool for tool in tools if not _present(tool))
     if still:
         raise RecipeError(f"{', '.join(still)} still missing after installing; {hint}")
 
