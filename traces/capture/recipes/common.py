@@ -372,6 +372,8 @@ class Session:
         partial = output.with_name(f".{output.name}.{os.getpid()}.capture")
         self.defer(partial.unlink, missing_ok=True)
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        # On a shared machine other work stretches a CPU-bound workload's run time; say how busy.
+        load_before = os.getloadavg()[0]
         result = capture(device, partial, command=command, duration=duration, backend=backend,
                          name=name or output.name.removesuffix(".parquet"), notices=self.notices,
                          on_start=on_start)
@@ -382,7 +384,8 @@ class Session:
                               "no trace was written")
         columns, metadata = read_trace(partial)
         self.provenance.update(kernel=platform.release(), backend=result.backend, date=date,
-                               host=platform.node())
+                               host=platform.node(), cpus=os.cpu_count(),
+                               load_average={"start": load_before, "end": os.getloadavg()[0]})
         metadata["description"] = description(result) if callable(description) else description
         metadata.setdefault("license", "MIT")  # the project's: recipe traces ship in its library
         metadata["source"]["recipe"] = self.recipe
