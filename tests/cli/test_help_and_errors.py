@@ -90,7 +90,10 @@ def _too_small_target(tmp_path):
 
 
 def _unknown_name(tmp_path):
-    return ["no-such-trace"], "not a file and not a bundled trace; bundled traces are: blob, boot, demo, filecopy, oltp"
+    from traces import library
+
+    # Every bundled trace, by name, in order: the list grows as traces are added.
+    return ["no-such-trace"], f"not a file and not a bundled trace; bundled traces are: {', '.join(library.available())}"
 
 
 @pytest.mark.parametrize("case", [_missing_trace, _not_parquet, _too_small_target, _unknown_name],
