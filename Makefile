@@ -3,7 +3,8 @@
 PYTHON ?= python3
 VENV = .venv
 PY = $(VENV)/bin/python
-DEBIAN_PACKAGES = fio liburing-dev blktrace e2fsprogs fdisk util-linux mount postgresql qemu-system-x86 debootstrap chromium
+DEBIAN_PACKAGES = fio liburing-dev blktrace e2fsprogs fdisk util-linux mount postgresql qemu-system-x86 debootstrap chromium \
+	linux-source make gcc flex bison bc
 
 .PHONY: install demo deps test quick-test clean-cache
 
@@ -17,13 +18,17 @@ demo: install
 	$(VENV)/bin/replay run oltp
 
 # Debian packages the tests use: fio and blktrace as peers and reference decoders,
-# mkfs/sfdisk/losetup/blkid for loop-device targets, PostgreSQL, qemu and debootstrap for the
-# capture recipes, chromium to render reports; liburing-dev for bench/floor.c.
+# mkfs/sfdisk/losetup/blkid for loop-device targets, PostgreSQL, qemu and debootstrap, and the
+# kernel's source with its build tools for the capture recipes, chromium to render reports;
+# liburing-dev for bench/floor.c.
 deps:
-	@for tool in fio blkparse mkfs.ext4 sfdisk losetup blkid mount pg_ctlcluster qemu-system-x86_64 debootstrap chromium; do \
+	@for tool in fio blkparse mkfs.ext4 sfdisk losetup blkid mount pg_ctlcluster qemu-system-x86_64 debootstrap chromium \
+			make gcc flex bison bc; do \
 		command -v $$tool >/dev/null || { apt-get update -q && apt-get install -y -q $(DEBIAN_PACKAGES); break; }; \
 	done
-	@test -e /usr/include/liburing.h || { apt-get update -q && apt-get install -y -q $(DEBIAN_PACKAGES); }
+	@for file in /usr/include/liburing.h /usr/src/linux-source-*.tar.xz; do \
+		test -e $$file || { apt-get update -q && apt-get install -y -q $(DEBIAN_PACKAGES); break; }; \
+	done
 
 test: deps install
 	cd engine && cargo test --release --no-default-features

@@ -115,7 +115,7 @@ def test_oltp_like_refuses_a_tiny_span():
 
 # -- the captured traces (issue 4): made by `replay capture recipe NAME` with default knobs --
 
-CAPTURED = ("oltp", "blob", "filecopy")
+CAPTURED = ("oltp", "blob", "filecopy", "build")
 
 
 def _characterise(name):
@@ -176,3 +176,13 @@ def test_filecopy_trace_is_mostly_large_writes():
     assert written.sum() > 0.95 * length[op != Op.FLUSH].sum()  # a copy onto the device writes
     assert written[written >= 512 * KIB].sum() > 0.8 * written.sum()
     assert written.sum() >= 1 << 30  # the whole folder reached the device before sync returned
+
+
+def test_build_trace_is_small_cold_reads_at_a_low_queue_depth():
+    c = _characterise("build")
+    outcome = open_trace(library.resolve("build")).metadata["recipe"]["outcome"]
+    assert outcome["compilations"] > 100 and outcome["status"] == 0
+    assert c.read_share_count > 0.7  # the sources and headers, read once from a cold cache
+    size, _count, share = c.dominant_sizes[0]
+    assert size == 4 * KIB and share > 0.5
+    assert c.mean_queue_depth < 0.5  # bound by the compilers, not by the drive

@@ -18,6 +18,7 @@ RECIPES = {
     "blob": "traces.capture.recipes.blob",
     "boot": "traces.capture.recipes.boot",
     "filecopy": "traces.capture.recipes.filecopy",
+    "build": "traces.capture.recipes.build",
 }
 
 
