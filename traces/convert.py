@@ -92,16 +92,14 @@ def import_trace(paths, output, fmt=None, options=None, command=None, progress=N
     output = Path(output)
     chunks = iter(chunks)
     first = next(chunks, None)
-    shift = 0
-    if first is not None and outliers.first_dropped and getattr(module, "ZERO_AT_FIRST", False) \
-            and len(first["ts_ns"]):
-        # The dropped record was the origin the times count from: count from the first kept.
-        shift = int(first["ts_ns"][0])
-        if shift:
-            source["time_shift_ns"] = -shift
-            if metadata.get("start_wallclock"):
-                start = datetime.datetime.fromisoformat(metadata["start_wallclock"])
-                metadata["start_wallclock"] = (start + datetime.timedelta(microseconds=shift / 1000)).isoformat()
+    # One rule for every format: a trace starts at its first I/O. The time that becomes 0 is
+    # recorded, in ns on the input's own clock: where the format counted from (its
+    # time_origin_ns, 0 when it keeps the file's zero) plus the first I/O's time after that.
+    shift = int(first["ts_ns"][0]) if first is not None and len(first["ts_ns"]) else 0
+    source["time_origin_ns"] = int(source.get("time_origin_ns") or 0) + shift
+    if shift and metadata.get("start_wallclock"):
+        start = datetime.datetime.fromisoformat(metadata["start_wallclock"])
+        metadata["start_wallclock"] = (start + datetime.timedelta(microseconds=shift / 1000)).isoformat()
     # A format may say which columns it would have made, for an input without records.
     declared = metadata.pop("columns", None) or REQUIRED
     names = [n for n in _ORDER if n in (first if first is not None else declared)]

@@ -6,10 +6,12 @@ Every format module defines:
     sniff(path, head) -> bool whether `head` (the first 64 KiB, decompressed) is this format
     read(paths, options) -> (metadata: dict, chunks: Iterator[dict[str, np.ndarray]])
         streams the trace in chunks in the common schema (traces.schema), in bounded memory,
-        raising traces.errors.TraceFormatError with the file and line or byte offset
+        raising traces.errors.TraceFormatError with the file and line or byte offset; where
+        it counts times from other than the file's zero, metadata["source"]["time_origin_ns"]
+        says from where, in ns on the file's clock (the import then starts the trace at its
+        first I/O and adds that I/O's time)
 and optionally
     write(trace: traces.trace.TraceFile, out: Path, options: dict) -> None   (export)
-    ZERO_AT_FIRST = True      times count from the first record (moved when it is dropped)
     EMPTY_FILES_OK = True     an empty input file is no mistake (blktrace's idle CPUs)
 
 What the formats share, in modules that are not formats: `inputs` (opening compressed

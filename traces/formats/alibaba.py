@@ -15,7 +15,6 @@ from traces.schema import Op
 
 NAME = "alibaba"
 DESCRIPTION = "Alibaba 2020 block traces CSV (device_id,opcode,offset,length,timestamp)"
-ZERO_AT_FIRST = True  # times count from the first record
 NAMES = ["device", "opcode", "offset", "length", "ts"]
 TYPES = {"device": pa.int64(), "opcode": reading.WORD, "offset": pa.int64(),
          "length": pa.int64(), "ts": pa.int64()}
@@ -80,7 +79,7 @@ def read(paths, options):
         "description": "Imported from the Alibaba 2020 block traces: "
                        + ", ".join(p.name for p in paths)
                        + (f", device {wanted}" if wanted is not None else "") + ".",
-        "source": {"kind": "import:alibaba", "device": wanted, "time_origin_us": origin},
+        "source": {"kind": "import:alibaba", "device": wanted, "time_origin_ns": origin * 1000},
         "provenance": PROVENANCE,
         "start_wallclock": datetime.datetime.fromtimestamp(origin / 1e6, datetime.timezone.utc).isoformat(),
     }

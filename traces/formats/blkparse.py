@@ -201,7 +201,8 @@ def read(paths, options=None):
     """(metadata, chunk iterator) of the I/Os in one blkparse text file.
 
     options: event = "issue" (D, default) or "queue" (Q). ts_ns counts from blkparse's
-    first event; pid comes from the Q event where one is found, comm from [cmd].
+    first event (the import then starts the trace at its first I/O); pid comes from the Q
+    event where one is found, comm from [cmd].
     """
     options = options or {}
     paths = list(paths) if isinstance(paths, (list, tuple)) else [paths]

@@ -24,7 +24,6 @@ from traces.schema import Op
 
 NAME = "blkreplay"
 DESCRIPTION = "blkreplay .load (SEC.NSEC ; SECTOR ; LENGTH ; R|W ; ...), after its text header"
-ZERO_AT_FIRST = True
 SECTOR = 512
 WORDS = {"R": Op.READ, "W": Op.WRITE}
 # blktrace's per-CPU interleaving survives the conversion to a load.

@@ -746,6 +746,7 @@ class _Matcher:
         for columns, notes in blocks:
             if self.t0 is None and len(columns["time"]):
                 self.t0 = int(columns["time"][0])
+                self.metadata["source"]["time_origin_ns"] = self.t0  # the clock's value at ts_ns 0
             self.note(notes)
             self.stats["records"] += len(columns["time"])
             events = columns["action"][(columns["action"] >> 16) & TC_NOTIFY == 0]

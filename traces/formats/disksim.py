@@ -5,7 +5,8 @@ blkno and size count 512-byte sectors. flags is hexadecimal (DiskSim reads it wi
 bit 0 set is a read: DiskSim's READ flag, MQSim's 1 (0 is a write). The time unit depends on
 the tool that wrote the file: milliseconds, as a decimal number, for DiskSim; nanoseconds for
 MQSim (its workload XML says which). So options["time_unit"] (--time-unit: s, ms, us or ns)
-is required. Times count from the simulation's start and are kept as they are. devno becomes
+is required. Times count from the simulation's start (the import then starts the trace at its
+first I/O, as every import does). devno becomes
 the `device` column when the first block of lines holds more than one; options["device"]
 keeps one devno.
 """

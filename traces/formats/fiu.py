@@ -11,7 +11,6 @@ from traces.schema import Op
 
 NAME = "fiu"
 DESCRIPTION = "FIU text (ts pid process lba size R/W major minor md5)"
-ZERO_AT_FIRST = True  # times count from the first record
 SECTOR = 512
 NAMES = ["ts", "pid", "comm", "lba", "size", "rw", "major", "minor", "md5"]
 TYPES = {"ts": pa.int64(), "pid": pa.int64(), "comm": pa.string(), "lba": pa.int64(),

@@ -14,7 +14,6 @@ from traces.schema import Op
 
 NAME = "msr"
 DESCRIPTION = "MSR Cambridge CSV (Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime)"
-ZERO_AT_FIRST = True  # times count from the first record
 
 NAMES = ["ts", "host", "disk", "type", "offset", "size", "response"]
 TYPES = {"ts": pa.int64(), "disk": pa.int64(), "type": reading.WORD, "offset": pa.int64(),
@@ -68,7 +67,8 @@ def read(paths, options):
         "description": "Imported from the MSR Cambridge block traces: "
                        + ", ".join(f"{v.get('hostname', '?')} disk {v.get('disk', '?')}" for v in volumes) + ".",
         "source": {"kind": "import:msr", "volumes": volumes,
-                   "time_origin_filetime": origin},
+                   # Unix ns: FILETIME's own zero (1601) would overflow 64 bits in ns.
+                   "time_origin_ns": (origin - FILETIME_UNIX) * TICK_NS},
         "provenance": PROVENANCE,
     }
     if starts:

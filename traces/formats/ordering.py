@@ -39,8 +39,8 @@ def first_record(path, parse, checker, otherwise, time_of=None, scale=1, outlier
     With `time_of` (parsed -> time, `scale` ns a unit), for a format whose times count from
     its first record: a first record that is an outlier (see Outliers) is refused, naming
     its line. With outliers.drop, a first record later than the rest gives way to the second
-    as the origin; an earlier one stays the origin, and import_trace moves the times once the
-    record is dropped (ZERO_AT_FIRST). Either way no kept time is negative.
+    as the origin; an earlier one stays the origin, and import_trace moves the times to the
+    first kept record. Either way no kept time is negative.
     """
     lines = iter_lines(path)
     first = next(lines, None)
@@ -174,7 +174,6 @@ class OutlierLog:
         self.drop = drop
         self.count = 0
         self.dropped = []  # "file:line" of the first 20
-        self.first_dropped = False  # a file's first record was one (its origin moved)
 
     def metadata(self) -> dict:
         return {"count": self.count, "max_gap_s": MAX_GAP_NS // 10**9, "first": self.dropped}
@@ -240,8 +239,6 @@ class Outliers:
                 i = int(far.argmax())
                 gap = min(g for g in (left[i], right[i]) if g > limit)  # the far side
                 raise outlier_error(self.path, self.line_of(int(rows[0])), gap * self.scale)
-            if self.before is None and far[0]:
-                self.log.first_dropped = True
             name = Path(self.path).name
             room = max(0, 20 - len(self.log.dropped))
             self.log.dropped.extend(f"{name}:{self.line_of(int(r))}" for r in rows[:room].tolist())

@@ -16,7 +16,6 @@ from traces.schema import Op
 
 NAME = "tencent"
 DESCRIPTION = "Tencent CBS CSV (Timestamp,Offset,Size,IOType,VolumeID)"
-ZERO_AT_FIRST = True  # times count from the first record
 SECTOR = 512
 NAMES = ["ts", "offset", "size", "iotype", "volume"]
 TYPES = {n: pa.int64() for n in NAMES}
@@ -62,7 +61,7 @@ def read(paths, options):
     metadata = {
         "description": "Imported from the Tencent CBS block traces: " + ", ".join(p.name for p in paths)
                        + (f", volume {wanted}" if wanted is not None else "") + ". " + TIMING,
-        "source": {"kind": "import:tencent", "device": wanted, "time_origin_s": origin,
+        "source": {"kind": "import:tencent", "device": wanted, "time_origin_ns": origin * 10**9,
                    "timing": "spread-within-second"},
         "provenance": PROVENANCE,
         "start_wallclock": datetime.datetime.fromtimestamp(origin, datetime.timezone.utc).isoformat(),

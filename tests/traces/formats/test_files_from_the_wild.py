@@ -45,15 +45,17 @@ def test_blkparse_barriers_of_kernels_before_2_6_37(tmp_path):
     barriers; an empty WBS is a flush. RA, WSM and D map to their flags and ops."""
     cols, meta, _ = _import(tmp_path, "blkparse-barriers-2.6.32.txt")
     names = ("ts_ns", "op", "offset", "length", "latency_ns", "pid", "flags")
+    # The trace starts at its first I/O (the first D, 5 us after blkparse's first event).
     assert _rows(cols, names) == [
-        (5_000, F, 0, 0, 395_000, 1234, SYNC),
-        (5_000, W, 2048 * 512, 8 * 512, 395_000, 1234, SYNC | FUA),
-        (1_002_000, R, 4096 * 512, 16 * 512, 298_000, 4321, 0),
-        (2_001_000, R, 8192 * 512, 32 * 512, 499_000, 4321, AHEAD),
-        (3_001_000, W, 100 * 512, 8 * 512, 199_000, 1234, SYNC | META),
-        (4_001_000, D, 65536 * 512, 2048 * 512, 899_000, 555, 0),
-        (6_002_000, F, 0, 0, 298_000, 1234, SYNC),
+        (0, F, 0, 0, 395_000, 1234, SYNC),
+        (0, W, 2048 * 512, 8 * 512, 395_000, 1234, SYNC | FUA),
+        (997_000, R, 4096 * 512, 16 * 512, 298_000, 4321, 0),
+        (1_996_000, R, 8192 * 512, 32 * 512, 499_000, 4321, AHEAD),
+        (2_996_000, W, 100 * 512, 8 * 512, 199_000, 1234, SYNC | META),
+        (3_996_000, D, 65536 * 512, 2048 * 512, 899_000, 555, 0),
+        (5_997_000, F, 0, 0, 298_000, 1234, SYNC),
     ]
+    assert meta["source"]["time_origin_ns"] == 5_000
     assert cols["comm"] == ["kjournald"] * 2 + ["mysqld"] * 2 + ["kjournald", "fstrim", "kjournald"]
     assert meta["source"]["unmatched_ios"] == 0
 
@@ -101,24 +103,25 @@ def blkparse_rows(path, **options):
 
 def test_blkparse_piped_live_with_cpus_interleaved(tmp_path):
     """Times go back by microseconds between CPUs; sorted within the window, times count
-    from the earliest event (the third line), each D pairs with its C."""
-    cols, _, _ = _import(tmp_path, "blkparse-live-interleaved-cpus.txt")
+    from the first I/O (2 us after the earliest event, the third line), each D pairs with its C."""
+    cols, meta, _ = _import(tmp_path, "blkparse-live-interleaved-cpus.txt")
     assert _rows(cols, ("ts_ns", "op", "offset", "length", "latency_ns", "pid", "flags")) == [
-        (2_000, R, 1000 * 512, 4096, 148_000, 2001, 0),
-        (1_701_000, W, 6000 * 512, 4096, 199_000, 2002, 0),
-        (1_951_000, W, 7000 * 512, 4096, 149_000, 2002, SYNC),
-        (2_001_000, R, 1008 * 512, 4096, 299_000, 2001, 0),
+        (0, R, 1000 * 512, 4096, 148_000, 2001, 0),
+        (1_699_000, W, 6000 * 512, 4096, 199_000, 2002, 0),
+        (1_949_000, W, 7000 * 512, 4096, 149_000, 2002, SYNC),
+        (1_999_000, R, 1008 * 512, 4096, 299_000, 2001, 0),
     ]
 
 
 def test_spc_optional_fields_vary_per_record(tmp_path):
-    cols, _, _ = _import(tmp_path, "Financial1-optional-fields.spc", "--format", "umass")
+    cols, meta, _ = _import(tmp_path, "Financial1-optional-fields.spc", "--format", "umass")
     assert _rows(cols, ("ts_ns", "op", "offset", "length", "device")) == [
-        (551_706_000, W, 20941264 * 512, 8192, 0),
-        (554_041_000, W, 20939840 * 512, 8192, 0),
-        (556_065_000, R, 3436288 * 512, 15872, 1),
-        (556_852_000, W, 20939856 * 512, 4096, 0),
+        (0, W, 20941264 * 512, 8192, 0),
+        (2_335_000, W, 20939840 * 512, 8192, 0),
+        (4_359_000, R, 3436288 * 512, 15872, 1),
+        (5_146_000, W, 20939856 * 512, 4096, 0),
     ]
+    assert meta["source"]["time_origin_ns"] == 551_706_000
 
 
 def test_disksim_milliseconds_and_hex_flags(tmp_path):
@@ -136,11 +139,12 @@ def test_disksim_milliseconds_and_hex_flags(tmp_path):
 def test_mqsim_nanoseconds(tmp_path):
     cols, meta, _ = _import(tmp_path, "mqsim-ns.trace", "--format", "disksim", "--time-unit", "ns")
     assert _rows(cols, ("ts_ns", "op", "offset", "length")) == [
-        (4_851_300, W, 524288 * 512, 16 * 512),
-        (4_864_300, W, 524304 * 512, 16 * 512),
-        (4_871_300, R, 524320 * 512, 16 * 512),
-        (4_886_300, W, 524336 * 512, 16 * 512),
+        (0, W, 524288 * 512, 16 * 512),
+        (13_000, W, 524304 * 512, 16 * 512),
+        (20_000, R, 524320 * 512, 16 * 512),
+        (35_000, W, 524336 * 512, 16 * 512),
     ]
+    assert meta["source"]["time_origin_ns"] == 4_851_300  # the idle time before the first I/O
 
 
 def test_blkreplay_load_after_its_header(tmp_path):
@@ -302,9 +306,10 @@ def test_disksim_and_blkreplay_rows_import_as_written(tmp_path_factory, rows):
     sim.write_text("".join(f"{t} 3 {s} {n} {int(rd)}\n" for t, (_, s, n, rd) in zip(times, rows)))
     load.write_text("header\n" + "".join(f"{t // 10**9}.{t % 10**9:09d} ; {s} ; {n} ; {'R' if rd else 'W'} ; 0.0 ; 0.0\n"
                                          for t, (_, s, n, rd) in zip(times + 10**9, rows)))
-    for path, fmt, origin in ((sim, "disksim", 0), (load, "blkreplay", times[0])):
-        cols, _ = read_trace(import_trace([path], tmp / f"{fmt}.parquet", fmt, {"time_unit": "ns"})[0])
-        assert cols["ts_ns"].tolist() == (times - origin).tolist()
+    for path, fmt, origin in ((sim, "disksim", times[0]), (load, "blkreplay", times[0] + 10**9)):
+        cols, meta = read_trace(import_trace([path], tmp / f"{fmt}.parquet", fmt, {"time_unit": "ns"})[0])
+        assert cols["ts_ns"].tolist() == (times - times[0]).tolist()
+        assert meta["source"]["time_origin_ns"] == origin
         assert cols["offset"].tolist() == [r[1] * 512 for r in rows]
         assert cols["length"].tolist() == [r[2] * 512 for r in rows]
         assert cols["op"].tolist() == [R if r[3] else W for r in rows]
@@ -356,3 +361,13 @@ def test_each_shape_is_recognised_as_its_format_and_no_other(name, fmt):
     assert sniff(WILD / name) == fmt
     head = read_head(WILD / name)
     assert [n for n in formats.NAMES if formats.get(n).sniff(WILD / name, head)] == [fmt]
+
+
+@pytest.mark.parametrize("name,args", [
+    ("blkparse-barriers-2.6.32.txt", []), ("Financial1-optional-fields.spc", ["--format", "umass"]),
+    ("disksim-ms.trace", ["--time-unit", "ms"]), ("mqsim-ns.trace", ["--format", "disksim", "--time-unit", "ns"]),
+    ("webserver.load", []), ("hm_0-glitched-record.csv", ["--drop-outliers"])])
+def test_every_import_starts_at_its_first_io_and_records_the_origin(tmp_path, name, args):
+    cols, meta, _ = _import(tmp_path, name, *args)
+    assert cols["ts_ns"][0] == 0
+    assert isinstance(meta["source"]["time_origin_ns"], int)

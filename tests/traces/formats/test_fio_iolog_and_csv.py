@@ -49,7 +49,9 @@ def test_real_fio_write_iolog_imports_every_io(tmp_path):
     assert cols["op"].tolist() == [words[e[2]] for e in expected]
     assert cols["offset"].tolist() == [int(e[3]) for e in expected]
     assert cols["length"].tolist() == [int(e[4]) for e in expected]
-    assert cols["ts_ns"].tolist() == [int(e[0]) * 1000 for e in expected]
+    # The trace starts at its first I/O; the log's time of that I/O is the recorded origin.
+    assert cols["ts_ns"].tolist() == [(int(e[0]) - int(expected[0][0])) * 1000 for e in expected]
+    assert meta["source"]["time_origin_ns"] == int(expected[0][0]) * 1000
     assert np.count_nonzero(cols["op"] == Op.READ) == job["read"]["total_ios"]
     assert np.count_nonzero(cols["op"] == Op.WRITE) == job["write"]["total_ios"]
     assert int(cols["length"][cols["op"] == Op.WRITE].sum()) == job["write"]["io_bytes"]
@@ -128,6 +130,7 @@ def test_csv_export_then_import_is_the_identity(tmp_path_factory, rows):
     exported = export_trace(trace, "csv", tmp / "a.csv")
     back, meta = read_trace(import_trace([exported], tmp / "b.parquet", "csv")[0])
     assert back.keys() == cols.keys()
+    back["ts_ns"] = back["ts_ns"] + meta["source"]["time_origin_ns"]  # the trace starts at its first I/O
     for name, values in cols.items():
         assert back[name].tolist() == values.tolist(), name
     assert meta["source"]["kind"] == "import:csv"
@@ -140,7 +143,8 @@ def test_fio_export_then_import_is_the_identity(tmp_path_factory, rows):
     cols = _columns(rows, scale=1000)  # fio logs keep microseconds
     trace = write_trace(tmp / "a.parquet", cols, {})
     exported = export_trace(trace, "fio", tmp / "a.iolog")
-    back, _ = read_trace(import_trace([exported], tmp / "b.parquet")[0])
+    back, meta = read_trace(import_trace([exported], tmp / "b.parquet")[0])
+    back["ts_ns"] = back["ts_ns"] + meta["source"]["time_origin_ns"]  # the trace starts at its first I/O
     for name in ("ts_ns", "op", "offset", "length"):
         assert back[name].tolist() == cols[name].tolist(), name
     used = sorted(set(rows["devices"]))
@@ -174,6 +178,7 @@ def test_msr_rows_import_to_expected_columns(tmp_path_factory, rows):
     assert sniff(path) == "msr"
     cols, meta = read_trace(import_trace([path], path.with_suffix(".parquet"))[0])
     assert cols["ts_ns"].tolist() == ((t - t[0]) * 100).tolist()
+    assert meta["source"]["time_origin_ns"] == (FILETIME_2007 + int(t[0]) - 116444736000000000) * 100
     assert cols["op"].tolist() == [Op.WRITE if r[1] else Op.READ for r in rows]
     assert cols["offset"].tolist() == [r[2] for r in rows]
     assert cols["length"].tolist() == [r[3] for r in rows]
@@ -192,7 +197,8 @@ def test_umass_rows_import_to_expected_columns(tmp_path_factory, rows, concat):
                             for ti, (_, w, o, s, a) in zip(t, rows)))
     cols, meta = read_trace(import_trace([path], path.with_suffix(".parquet"), "umass",
                                          {"asu": "concat" if concat else "devices"})[0])
-    assert cols["ts_ns"].tolist() == (t * 1000).tolist()
+    assert cols["ts_ns"].tolist() == ((t - t[0]) * 1000).tolist()
+    assert meta["source"]["time_origin_ns"] == t[0] * 1000
     assert cols["op"].tolist() == [Op.WRITE if r[1] else Op.READ for r in rows]
     assert cols["length"].tolist() == [r[3] for r in rows]
     lba_bytes = [r[2] // 512 * 512 for r in rows]
