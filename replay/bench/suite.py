@@ -166,9 +166,14 @@ class Suite:
             if self.progress is not None:
                 self.progress(before + done, total, time.monotonic() - self._clock, label=label)
 
-        outcome = replay(source, self.target_arg, options, output=self.out_dir / f"{name}.parquet",
-                         progress=progress, notices=self.notices,
+        output = self.out_dir / f"{name}.parquet"
+        outcome = replay(source, self.target_arg, options, output=output, progress=progress,
+                         notices=self.notices,
                          metadata={"bench": {"test": SUITE_TEST, "run": name, "role": role}})
+        if outcome.rows == 0:  # stopped before its first I/O: a file of no rows is no results
+            output.unlink(missing_ok=True)
+            self.notices.append(f"{name} was stopped before its first I/O; nothing of it is kept")
+            return outcome
         self.runs.append({"name": name, "file": f"{name}.parquet", "role": role,
                           "parameters": {"trace": str(source) if isinstance(source, Path) else None,
                                          "timing": options.timing},

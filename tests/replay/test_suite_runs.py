@@ -4,6 +4,7 @@ scored from its files; what it refuses, before anything is written; and the fill
 demo, which is no workload), so that a suite takes seconds.
 """
 import json
+import signal
 import subprocess
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from analysis.results import ResultsSet, load
 from analysis.suite import columns_of, score_workload
 from replay.bench.suite import STATES
 from replay.commands.suite import State
-from tests.cli_process import replay_cli
+from tests.cli_process import replay_cli, replay_process, wait_for
 from tests.replay.test_run_end_to_end import marks, on_loop, uring
 from traces import library
 from traces.schema import Op
@@ -73,6 +74,32 @@ def test_a_suite_on_the_null_engine_is_one_results_set_scored_from_its_files(tmp
     again = suite_cli("--engine", "null", "--library", lib, "-o", out, "--only", "oltp", "--json")
     assert again.returncode == 0, again.stderr
     assert [r["name"] for r in json.loads(again.stdout)["runs"]] == ["oltp"]
+
+
+def test_a_stop_signal_keeps_the_workloads_done_and_the_one_it_stopped(tmp_path):
+    """SIGTERM while the second workload runs (oltp whole: 40 s of causal replay, even on the
+    null engine, which keeps its think times): exit 143, both runs kept, the second marked
+    interrupted and scored over the I/Os it did."""
+    lib = short_library(tmp_path / "lib", {"filecopy": 150})
+    pq.write_table(pq.read_table(library.resolve("oltp")), lib / "oltp.parquet")
+    out = tmp_path / "out"
+    with replay_process("suite", "--engine", "null", "--library", lib, "-o", out) as proc:
+        index = out / "results.json"
+        wait_for(proc, lambda: index.exists() and json.loads(index.read_text())["runs"], "the first workload")
+        wait_for(proc, lambda: list(out.glob("oltp.parquet.*.partial")), "the second workload's journal")
+        journal = next(out.glob("oltp.parquet.*.partial"))
+        empty = journal.stat().st_size  # its schema; its first rows follow within 2 s
+        wait_for(proc, lambda: journal.stat().st_size > empty, "the second workload's first rows")
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    doc = json.loads(index.read_text())
+    assert doc["interrupted"] and [(r["name"], r["interrupted"]) for r in doc["runs"]] == [
+        ("filecopy", False), ("oltp", True)]
+    scored = {w["name"]: w for w in doc["scores"]["suite"]["workloads"]}
+    assert not scored["filecopy"]["partial"] and scored["oltp"]["partial"]
+    assert 0 < scored["oltp"]["ios"] < 136_333
+    assert "oltp *" in stdout and "interrupted" in stderr
 
 
 @pytest.mark.parametrize("args, says", [
