@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV = .venv
 PY = $(VENV)/bin/python
 DEBIAN_PACKAGES = fio liburing-dev blktrace e2fsprogs fdisk util-linux mount postgresql qemu-system-x86 debootstrap chromium \
-	linux-source make gcc flex bison bc
+	linux-source make gcc flex bison bc git
 
 .PHONY: install demo deps test quick-test clean-cache
 
@@ -23,7 +23,7 @@ demo: install
 # liburing-dev for bench/floor.c.
 deps:
 	@for tool in fio blkparse mkfs.ext4 sfdisk losetup blkid mount pg_ctlcluster qemu-system-x86_64 debootstrap chromium \
-			make gcc flex bison bc; do \
+			make gcc flex bison bc git; do \
 		command -v $$tool >/dev/null || { apt-get update -q && apt-get install -y -q $(DEBIAN_PACKAGES); break; }; \
 	done
 	@for file in /usr/include/liburing.h /usr/src/linux-source-*.tar.xz; do \

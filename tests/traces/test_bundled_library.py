@@ -115,7 +115,7 @@ def test_oltp_like_refuses_a_tiny_span():
 
 # -- the captured traces (issue 4): made by `replay capture recipe NAME` with default knobs --
 
-CAPTURED = ("oltp", "blob", "filecopy", "build")
+CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone")
 
 
 def _characterise(name):
@@ -186,3 +186,15 @@ def test_build_trace_is_small_cold_reads_at_a_low_queue_depth():
     size, _count, share = c.dominant_sizes[0]
     assert size == 4 * KIB and share > 0.5
     assert c.mean_queue_depth < 0.5  # bound by the compilers, not by the drive
+
+
+def test_gitclone_trace_writes_the_whole_tree():
+    columns, metadata = read_trace(library.resolve("gitclone"))
+    outcome, repository = metadata["recipe"]["outcome"], metadata["recipe"]["repository"]
+    assert outcome["files"] == repository["files"] > 10_000 and outcome["objects"] > outcome["files"]
+    op, length = columns["op"], columns["length"]
+    written = length[op == Op.WRITE].sum()
+    # The pack and the checked-out tree (larger than the pack: it is compressed) reached the
+    # device before sync returned.
+    assert written > 2 * repository["pack_bytes"]
+    assert written > length[op == Op.READ].sum()

@@ -54,3 +54,21 @@ def test_build_quick(tmp_path, clean):
     readers = set(cols["comm"][reads])
     assert {"conf", "cc1"} <= readers, readers
 
+
+def test_gitclone_quick(tmp_path, clean):
+    module = recipe("gitclone")
+    clean("gitclone")
+    out = tmp_path / "gitclone.parquet"
+    module.run(None, out, notices=[], subtree="fs")
+    cols, meta, outcome = captured(out)
+    repository = meta["recipe"]["repository"]
+    assert repository["subtree"] == "fs" and repository["pack_bytes"] > 1 << 20
+    # Every file of the commit was checked out, and git received every object of it.
+    assert outcome["files"] == repository["files"] > 1000
+    assert outcome["objects"] > outcome["files"]  # the blobs, plus the trees and the commit
+    data = cols["op"] != Op.FLUSH
+    writes = cols["op"] == Op.WRITE
+    # A clone onto an empty filesystem writes: the pack, its index, the checked-out files,
+    # all of it on the device by the time sync returns.
+    assert writes.sum() > 0.9 * data.sum()
+    assert cols["length"][writes].sum() >= repository["pack_bytes"]

@@ -19,6 +19,7 @@ RECIPES = {
     "boot": "traces.capture.recipes.boot",
     "filecopy": "traces.capture.recipes.filecopy",
     "build": "traces.capture.recipes.build",
+    "gitclone": "traces.capture.recipes.gitclone",
 }
 
 
