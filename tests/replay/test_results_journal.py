@@ -82,7 +82,7 @@ def test_recovery_never_replaces_a_file_and_keeps_the_journal(tmp_path):
     out = tmp_path / "out.parquet"
     journal = _killed_run(tmp_path, out)
     out.write_bytes(b"someone else's file")
-    with pytest.raises(ReplayError, match=r"out\.parquet already exists; give -o"):
+    with pytest.raises(ReplayError, match=r"out\.parquet already exists; pass --force to replace it, or choose another -o"):
         recover(journal)
     assert out.read_bytes() == b"someone else's file" and journal.exists()
     path, rows = recover(journal, tmp_path / "elsewhere.parquet")
