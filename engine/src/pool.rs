@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::backend::{Completion, Io};
-use crate::clock::{intended_ns, set_precise_timer_slack, thread_cpu_ns, Clock};
+use crate::clock::{intended_ns, set_precise_timer_slack, thread_cpu_ns, Clock, SPIN_NS};
 use crate::data::Buffers;
 use crate::psync::perform;
-use crate::run::{begin, wait_or_stop, Chunk, ChunkResult, Mode, Summary};
+use crate::run::{begin, Chunk, ChunkResult, Mode, Summary, MAX_BLOCK_NS};
 
 /// Starts one I/O's system call and reports its completion, on the calling thread.
 pub trait Issuer: Sync {
@@ -38,14 +38,22 @@ impl Issuer for Psync {
     }
 }
 
+/// How many threads the pool runs, and how many of them may spin towards a deadline at once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PoolSize {
+    pub threads: usize,
+    pub spinners: usize,
+}
+
 /// The pool's threads: one per CPU for a driver that runs each I/O on the CPU that submits it
-/// (zram, brd: more threads than CPUs only queue for them), else one per I/O of `depth`.
-pub fn pool_threads(depth: usize, sync_driver: bool) -> usize {
-    if sync_driver {
-        std::thread::available_parallelism().map_or(1, |c| c.get())
-    } else {
-        depth
-    }
+/// (zram, brd: more threads than CPUs only queue for them), else one per I/O of `depth`. A
+/// spinning thread holds its CPU, so at most one fewer than the CPUs spin at once: one is left
+/// for the thread that takes the results (on two CPUs, two pool threads spinning together
+/// leave Python's thread none for up to SPIN_NS) and for the I/Os of the threads that do not
+/// spin.
+pub fn pool_size(depth: usize, sync_driver: bool) -> PoolSize {
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    PoolSize { threads: if sync_driver { cpus } else { depth }, spinners: (cpus - 1).max(1) }
 }
 
 /// AFAP: rows a thread claims at once, so the shared claim counter is touched once per this
@@ -53,6 +61,9 @@ pub fn pool_threads(depth: usize, sync_driver: bool) -> usize {
 const AFAP_BATCH: usize = 32;
 /// Completions a thread counts before adding them to the shared progress counter.
 const PROGRESS_EVERY: u64 = 1024;
+/// A thread within SPIN_NS of its deadline while the spinners allowed are all spinning sleeps
+/// this long at a time (never past its deadline), then tries again to take a spinner's place.
+const FOLLOW_NS: i64 = 20_000;
 
 /// A chunk being replayed: rows are claimed by bumping `claimed`; each row's results are
 /// written by the one thread that claimed it, then counted in `finished` (Release, once per
@@ -121,6 +132,9 @@ struct Pool<'a, C: Clock, I: Issuer> {
     deaf: AtomicBool,
     completed: &'a AtomicU64,
     rows_issued: AtomicU64,
+    /// Threads spinning now, and how many may (PoolSize::spinners).
+    spinning: AtomicUsize,
+    spinners: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -183,6 +197,34 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
         }
     }
 
+    /// Open loop: waits for deadline `t` and returns the time last read (>= t), or None on a
+    /// stop. Sleeps until SPIN_NS before `t`, then spins the rest if fewer than `spinners`
+    /// threads spin; else sleeps FOLLOW_NS at a time (rows are claimed in order, so those
+    /// spinning have earlier deadlines and are soon done) and tries again, and at its
+    /// deadline issues with no spin at all.
+    fn wait_for(&self, t: i64) -> Option<i64> {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            let now = self.clock.now();
+            if t - now > SPIN_NS {
+                self.clock.sleep_until(now + (t - now - SPIN_NS).min(MAX_BLOCK_NS));
+                continue;
+            }
+            let spin = |n: usize| (n < self.spinners).then_some(n + 1);
+            if self.spinning.fetch_update(Ordering::Acquire, Ordering::Relaxed, spin).is_ok() {
+                let at = self.clock.spin_until(t);
+                self.spinning.fetch_sub(1, Ordering::Release);
+                return Some(at);
+            }
+            if now >= t {
+                return Some(self.clock.spin_until(t)); // due already: returns at once
+            }
+            self.clock.sleep_until(t.min(now + FOLLOW_NS));
+        }
+    }
+
     /// One thread's life: claim, wait, issue, record, until the input ends or a stop.
     /// Returns the thread's CPU time.
     fn worker(&self, thread: usize) -> i64 {
@@ -224,7 +266,7 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
             let (due, at) = match self.mode {
                 Mode::Original { speed } | Mode::Causal { speed, .. } => {
                     let due = intended_ns(slot.chunk.ts_ns[i], speed);
-                    match wait_or_stop(self.clock, self.t0 + due, self.stop) {
+                    match self.wait_for(self.t0 + due) {
                         Some(at) => (due, at),
                         None => return i - first,
                     }
@@ -244,14 +286,14 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
     }
 }
 
-/// Replays with `threads` threads issuing through `issuer` (at most `depth` of them: each has
-/// one I/O in flight), in open loop or AFAP (not causal: run.rs), with `run`'s contract:
-/// chunks in, results out in order, partial chunks marked on a stop. The summary's CPU time
-/// is the threads' together.
+/// Replays with `size.threads` threads issuing through `issuer` (at most `depth` of them: each
+/// has one I/O in flight; at most `size.spinners` spin at once), in open loop or AFAP (not
+/// causal: run.rs), with `run`'s contract: chunks in, results out in order, partial chunks
+/// marked on a stop. The summary's CPU time is the threads' together.
 #[allow(clippy::too_many_arguments)]
 pub fn run_pool<C: Clock, I: Issuer>(
     issuer: &I,
-    threads: usize,
+    size: PoolSize,
     bufs: &Buffers,
     mode: Mode,
     depth: usize,
@@ -278,8 +320,10 @@ pub fn run_pool<C: Clock, I: Issuer>(
         deaf: AtomicBool::new(false),
         completed,
         rows_issued: AtomicU64::new(0),
+        spinning: AtomicUsize::new(0),
+        spinners: size.spinners.max(1),
     };
-    let threads = threads.clamp(1, depth.max(1));
+    let threads = size.threads.clamp(1, depth.max(1));
     for _ in 0..threads {
         clock.thread_started(); // each thread says `thread_done` as it ends
     }
@@ -338,6 +382,10 @@ mod tests {
         registered: usize,
         running: usize,
         waiting: Vec<i64>,
+        /// Threads in `spin_until` now, the most at once, and the spins in all.
+        spinning: usize,
+        most_spinning: usize,
+        spins: usize,
     }
 
     impl VirtualClock {
@@ -361,11 +409,9 @@ mod tests {
         }
     }
 
-    impl Clock for VirtualClock {
-        fn now(&self) -> i64 {
-            self.state.lock().unwrap().now
-        }
-        fn wait_until(&self, t: i64) -> i64 {
+    impl VirtualClock {
+        /// Waits (in virtual time) until `t`, recording the wait.
+        fn wait(&self, t: i64) -> i64 {
             self.waits.lock().unwrap().push((std::thread::current().id(), t));
             let mut st = self.state.lock().unwrap();
             if st.now >= t {
@@ -382,6 +428,33 @@ mod tests {
                 st = self.moved.wait(st).unwrap();
             }
             st.now
+        }
+    }
+
+    impl Clock for VirtualClock {
+        fn now(&self) -> i64 {
+            self.state.lock().unwrap().now
+        }
+        fn sleep_until(&self, t: i64) -> i64 {
+            self.wait(t)
+        }
+        /// Counts the threads spinning at once (those with time left to spin).
+        fn spin_until(&self, t: i64) -> i64 {
+            let spins = {
+                let mut st = self.state.lock().unwrap();
+                let spins = st.now < t;
+                if spins {
+                    st.spinning += 1;
+                    st.most_spinning = st.most_spinning.max(st.spinning);
+                    st.spins += 1;
+                }
+                spins
+            };
+            let at = self.wait(t);
+            if spins {
+                self.state.lock().unwrap().spinning -= 1;
+            }
+            at
         }
         fn thread_started(&self) {
             let mut st = self.state.lock().unwrap();
@@ -427,6 +500,10 @@ mod tests {
     /// Replays `ts` (chunks of `step` rows) on `threads` threads; returns the results in
     /// order and the summary.
     fn replay<C: Clock, I: Issuer>(issuer: &I, clock: &C, threads: usize, mode: Mode, ts: &[i64], step: usize, start: i64) -> (Vec<ChunkResult>, Summary) {
+        replay_sized(issuer, clock, PoolSize { threads, spinners: threads }, mode, ts, step, start)
+    }
+
+    fn replay_sized<C: Clock, I: Issuer>(issuer: &I, clock: &C, size: PoolSize, mode: Mode, ts: &[i64], step: usize, start: i64) -> (Vec<ChunkResult>, Summary) {
         let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
         let cs = chunks(ts, step);
         let (tx, rx) = sync_channel(cs.len().max(1));
@@ -436,7 +513,7 @@ mod tests {
         drop(tx);
         let (otx, orx) = channel();
         let start = AtomicI64::new(start);
-        let summary = run_pool(issuer, threads, &bufs, mode, 1024, &start, rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), clock).unwrap();
+        let summary = run_pool(issuer, size, &bufs, mode, 1024, &start, rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), clock).unwrap();
         (orx.into_iter().collect(), summary)
     }
 
@@ -486,6 +563,27 @@ mod tests {
         assert!((11..60).all(|i| one[i] > ts[i]));
     }
 
+    #[test]
+    fn no_more_threads_spin_at_once_than_allowed_and_rows_stay_on_time() {
+        // A row every 15 us: with three threads, all three are within SPIN_NS of a deadline.
+        let ts: Vec<i64> = (0..300).map(|i| i * 15_000).collect();
+        let run = |spinners| {
+            let clock = VirtualClock::at(0);
+            let rec = Recorder { clock: &clock, stalls: HashMap::new(), issued: Mutex::default() };
+            let (out, _) = replay_sized(&rec, &clock, PoolSize { threads: 3, spinners }, Mode::Original { speed: 1.0 }, &ts, 100, 0);
+            let st = clock.state.lock().unwrap();
+            (column(&out, |r| &r.issue_ns), st.most_spinning, st.spins)
+        };
+        let (issue, most, spins) = run(1);
+        assert_eq!(issue, ts, "a thread that did not spin issued off its deadline");
+        assert_eq!(most, 1);
+        assert!(spins < ts.len(), "every row was spun for: no thread ever followed");
+        // The premise: let every thread spin, and they do spin together.
+        let (issue, most, _) = run(3);
+        assert_eq!(issue, ts);
+        assert!(most > 1);
+    }
+
     /// Completes every I/O at once, on the real clock.
     struct Instant;
 
@@ -513,7 +611,7 @@ mod tests {
         let (stop, start) = (AtomicBool::new(false), AtomicI64::new(now_ns() + 3_600_000_000_000));
         let begun = now_ns();
         let summary = std::thread::scope(|s| {
-            let h = s.spawn(|| run_pool(&Instant, 2, &bufs, Mode::Original { speed: 1.0 }, 8, &start, rx, otx, &stop, &AtomicU64::new(0), &Monotonic));
+            let h = s.spawn(|| run_pool(&Instant, PoolSize { threads: 2, spinners: 1 }, &bufs, Mode::Original { speed: 1.0 }, 8, &start, rx, otx, &stop, &AtomicU64::new(0), &Monotonic));
             std::thread::sleep(Duration::from_millis(100));
             stop.store(true, Ordering::Relaxed);
             h.join().unwrap().unwrap()
@@ -550,7 +648,7 @@ mod tests {
         drop(tx);
         let (otx, orx) = channel();
         let psync = Psync { fd: file.as_raw_fd(), is_block: false };
-        let summary = run_pool(&psync, 3, &bufs, Mode::Afap, 32, &AtomicI64::new(START_UNSET), rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), &Monotonic).unwrap();
+        let summary = run_pool(&psync, PoolSize { threads: 3, spinners: 2 }, &bufs, Mode::Afap, 32, &AtomicI64::new(START_UNSET), rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), &Monotonic).unwrap();
         let out: Vec<ChunkResult> = orx.into_iter().collect();
         assert_eq!(summary.rows_issued, n as u64);
         assert_eq!(out.iter().map(|r| r.base).collect::<Vec<_>>(), (0..n as u64).step_by(700).collect::<Vec<_>>());

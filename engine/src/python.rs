@@ -21,7 +21,7 @@ use crate::backend::Engine;
 use crate::clock::{spawn_without_signals, Monotonic};
 use crate::data::{Buffers, DataPattern, MAX_DATA_LENGTH};
 use crate::null::NullEngine;
-use crate::pool::{pool_threads, run_pool, Psync};
+use crate::pool::{pool_size, run_pool, Psync};
 use crate::psync::PsyncEngine;
 use crate::run::{run, Chunk, ChunkResult, Mode, Summary, START_UNSET};
 use crate::uring::UringEngine;
@@ -174,7 +174,7 @@ impl Replayer {
         };
         let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
         // psync replays in open loop and AFAP on a pool whose threads issue their own I/Os.
-        let pool = (engine == "psync" && !causal).then(|| (Psync { fd, is_block }, pool_threads(depth, sync_driver)));
+        let pool = (engine == "psync" && !causal).then(|| (Psync { fd, is_block }, pool_size(depth, sync_driver)));
         let eng: Option<Box<dyn Engine>> = match engine {
             "null" => Some(Box::new(NullEngine::with_service(depth, service_ns))),
             "psync" if pool.is_some() => None,
@@ -198,8 +198,8 @@ impl Replayer {
                 let mut eng = eng;
                 let summary = match (&mut eng, &pool) {
                     (Some(eng), _) => run(eng.as_mut(), &bufs, mode, depth, &start_flag, in_rx, out_tx, &stop_flag, &completed_count, &Monotonic),
-                    (None, Some((psync, threads))) => {
-                        run_pool(psync, *threads, &bufs, mode, depth, &start_flag, in_rx, out_tx, &stop_flag, &completed_count, &Monotonic)
+                    (None, Some((psync, size))) => {
+                        run_pool(psync, *size, &bufs, mode, depth, &start_flag, in_rx, out_tx, &stop_flag, &completed_count, &Monotonic)
                     }
                     (None, None) => unreachable!("an engine or a pool"),
                 };

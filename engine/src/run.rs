@@ -468,7 +468,7 @@ pub(crate) fn wait_or_stop<C: Clock>(clock: &C, t: i64, stop: &AtomicBool) -> Op
         if t - now <= MAX_BLOCK_NS {
             return Some(clock.wait_until(t));
         }
-        clock.wait_until(now + MAX_BLOCK_NS);
+        clock.sleep_until(now + MAX_BLOCK_NS);
     }
 }
 
@@ -771,8 +771,11 @@ mod tests {
         fn now(&self) -> i64 {
             self.0.load(Ordering::Relaxed)
         }
-        fn wait_until(&self, t: i64) -> i64 {
+        fn sleep_until(&self, t: i64) -> i64 {
             self.0.fetch_max(t, Ordering::Relaxed).max(t)
+        }
+        fn spin_until(&self, t: i64) -> i64 {
+            self.sleep_until(t)
         }
     }
 
