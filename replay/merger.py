@@ -83,12 +83,15 @@ class Merger:
 
     def _write(self, chunk, parts):
         n_rows, n = len(chunk["op"]), len(self.reps)
-        timing = {name: np.full(n_rows, -1, dtype=np.int64)
-                  for name in ("intended_ns", "issue_ns", "complete_ns", "result")}
-        for w, part in enumerate(parts):
-            if part is not None:
-                for name, values in zip(timing, part[:4]):
-                    timing[name][w::n] = values
+        names = ("intended_ns", "issue_ns", "complete_ns", "result")
+        if n == 1 and parts[0] is not None:  # one worker's columns are the chunk's, in order
+            timing = dict(zip(names, parts[0][:4]))
+        else:
+            timing = {name: np.full(n_rows, -1, dtype=np.int64) for name in names}
+            for w, part in enumerate(parts):
+                if part is not None:
+                    for name, values in zip(timing, part[:4]):
+                        timing[name][w::n] = values
         out = {**chunk, **timing}
         issued = timing["issue_ns"] >= 0
         if not issued.all():  # a stopped run: keep the rows that were issued
