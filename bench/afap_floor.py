@@ -42,43 +42,48 @@ def same_trace(tmp, name, n, span, read_share):
     return path, raw
 
 
-def measure(tmp, floor, dev, kind, wl, read_share, n, span, reps, *, engine, qd, floor_mode, floor_arg,
+def measure(tmp, floor, dev, kind, wl, read_share, n, span, reps, *, engines, qd, floor_mode, floor_arg,
             fio_candidates):
+    """One row per engine of `engines` (None: the runner's choice), each against the same
+    floor and fio runs: every repetition runs them all, in a rotating order."""
     trace, raw = same_trace(tmp, f"{wl}-{qd}", n, span, read_share)
     rw = "randread" if read_share == 1 else "randrw"
     tried = {c: run_fio(fio_args(dev, rw, c, max(n // 4, 5000), span))["iops"] for c in fio_candidates}
     best = max(tried, key=tried.get)
     runs = []
+    order = [("ours", e) for e in engines] + ["floor", "fio"]
     for rep in range(reps):
         run = {}
-        order = ["ours", "floor", "fio"]
-        for who in order[rep % 3:] + order[:rep % 3]:
-            if who == "ours":
-                o = run_ours(trace, dev, Path(tmp, "out.parquet"), afap=True, qd=qd, engine=engine)
-                run["ours"] = {"iops": o["iops"], "us_per_io": o["process_cpu_s"] / o["ios"] * 1e6,
-                               "engine": o["engine"]}
-            elif who == "floor":
+        for who in order[rep % len(order):] + order[:rep % len(order)]:
+            if who == "floor":
                 f = run_floor(floor, floor_mode, dev, raw, floor_arg)
                 run["floor"] = {"iops": f["iops"], "us_per_io": f["cpu_s"] / f["ios"] * 1e6}
-            else:
+            elif who == "fio":
                 f = run_fio(fio_args(dev, rw, best, n, span))
                 run["fio"] = {"iops": f["iops"], "us_per_io": f["child_cpu_s"] / f["ios"] * 1e6}
+            else:
+                o = run_ours(trace, dev, Path(tmp, "out.parquet"), afap=True, qd=qd, engine=who[1])
+                run[who] = {"iops": o["iops"], "us_per_io": o["process_cpu_s"] / o["ios"] * 1e6,
+                            "engine": o["engine"]}
         runs.append(run)
     trace.unlink()
     raw.unlink()
     med = statistics.median
-    row = {"target": kind, "workload": wl, "qd": qd, "ios": n, "engine": runs[0]["ours"]["engine"],
-           "fio_config": config_name(best), "fio_tried": {config_name(c): v for c, v in tried.items()},
-           "runs": runs}
-    for who in ("ours", "floor", "fio"):
-        row[f"{who}_iops"] = med(r[who]["iops"] for r in runs)
-        row[f"{who}_us"] = med(r[who]["us_per_io"] for r in runs)
-    row["vs_floor"] = med(r["ours"]["iops"] / r["floor"]["iops"] for r in runs)
-    row["vs_fio"] = med(r["ours"]["iops"] / r["fio"]["iops"] for r in runs)
-    row["cpu_vs_fio"] = med(r["ours"]["us_per_io"] / r["fio"]["us_per_io"] for r in runs)
-    print(f"  {kind} {wl} QD{qd}: ours {row['ours_iops']:,.0f}, floor {row['floor_iops']:,.0f}, "
-          f"fio {row['fio_config']} {row['fio_iops']:,.0f} IOPS", flush=True)
-    return row
+    rows = []
+    for ours in order[:len(engines)]:
+        row = {"target": kind, "workload": wl, "qd": qd, "ios": n, "engine": runs[0][ours]["engine"],
+               "fio_config": config_name(best), "fio_tried": {config_name(c): v for c, v in tried.items()},
+               "runs": [{"ours": r[ours], "floor": r["floor"], "fio": r["fio"]} for r in runs]}
+        for who in ("ours", "floor", "fio"):
+            row[f"{who}_iops"] = med(r[who]["iops"] for r in row["runs"])
+            row[f"{who}_us"] = med(r[who]["us_per_io"] for r in row["runs"])
+        row["vs_floor"] = med(r["ours"]["iops"] / r["floor"]["iops"] for r in row["runs"])
+        row["vs_fio"] = med(r["ours"]["iops"] / r["fio"]["iops"] for r in row["runs"])
+        row["cpu_vs_fio"] = med(r["ours"]["us_per_io"] / r["fio"]["us_per_io"] for r in row["runs"])
+        print(f"  {kind} {wl} QD{qd}: ours ({row['engine']}) {row['ours_iops']:,.0f}, floor "
+              f"{row['floor_iops']:,.0f}, fio {row['fio_config']} {row['fio_iops']:,.0f} IOPS", flush=True)
+        rows.append(row)
+    return rows
 
 
 def main():
@@ -86,11 +91,16 @@ def main():
     p.add_argument("--reps", type=int, help="repetitions per row (default 3, quick 1)")
     p.add_argument("--targets", default="zram,shm", help="zram, shm or both (default)")
     p.add_argument("--depths", default="1,4,32,128", help="io_uring rows' queue depths")
+    p.add_argument("--zram-engines", default="auto",
+                   help="our engines on zram, each a row against the same floor and fio runs: auto "
+                        "(the runner's choice, psync there), psync, io_uring (default auto; "
+                        "auto,io_uring compares the default with the other)")
     a = p.parse_args()
     reps = a.reps or (1 if a.quick else 3)
     span = (256 << 20) if a.quick else (1 << 30)
     scale = 0.1 if a.quick else 1.0
     cpus = os.cpu_count() or 1
+    engines = [None if e == "auto" else e for e in a.zram_engines.split(",")]
     results = []
     with tempfile.TemporaryDirectory(prefix="tracereplay-bench-") as tmp:
         floor = build_floor(tmp)
@@ -98,16 +108,16 @@ def main():
             with targets.zram_device(span=span) as dev:
                 fio_best = [("io_uring", 1, 32), ("libaio", 1, 32), ("psync", 1, 1), ("psync", 2, 1), ("psync", 4, 1)]
                 for wl, share in WORKLOADS.items():
-                    results.append(measure(tmp, floor, dev, "zram", wl, share, int(1_000_000 * scale), span, reps,
-                                           engine=None, qd=32, floor_mode="psync", floor_arg=cpus,
-                                           fio_candidates=fio_best))
+                    results += measure(tmp, floor, dev, "zram", wl, share, int(1_000_000 * scale), span, reps,
+                                       engines=engines, qd=32, floor_mode="psync", floor_arg=cpus,
+                                       fio_candidates=fio_best)
         if "shm" in a.targets:
             with targets.shm_loop_device(span=span) as dev:
                 for qd in [int(d) for d in a.depths.split(",")]:
                     for wl, share in WORKLOADS.items():
-                        results.append(measure(tmp, floor, dev, "shm loop", wl, share, int(400_000 * scale), span,
-                                               reps, engine="io_uring", qd=qd, floor_mode="uring", floor_arg=qd,
-                                               fio_candidates=[("io_uring", 1, qd)]))
+                        results += measure(tmp, floor, dev, "shm loop", wl, share, int(400_000 * scale), span,
+                                           reps, engines=["io_uring"], qd=qd, floor_mode="uring", floor_arg=qd,
+                                           fio_candidates=[("io_uring", 1, qd)])
     headers = ["target", "workload", "QD", "engine", "ours IOPS", "floor IOPS", "fio config", "fio IOPS",
                "vs floor", "vs fio", "ours us/IO", "floor us/IO", "fio us/IO", "CPU vs fio"]
     rows = [[r["target"], r["workload"], r["qd"], r["engine"], r["ours_iops"], r["floor_iops"], r["fio_config"],
