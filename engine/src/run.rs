@@ -534,7 +534,9 @@ pub fn run<C: Clock>(
             }
         } else if core.inflight > 0 {
             (if starved { Wait::Until(clock.now() + 200_000) } else { Wait::One }, 0..0)
-        } else if starved {
+        } else if starved || (input_open && !stopping) {
+            // Nothing to issue or reap, and more may come: wait for a chunk (the one just
+            // taken may have had no rows, as an empty push has).
             match input.recv_timeout(Duration::from_millis(20)) {
                 Ok(chunk) => core.active.push_back(Active::new(chunk)),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -642,6 +644,16 @@ mod tests {
             assert_eq!(r.issued, 100);
             assert!(r.result.iter().all(|&x| x == 4096));
             assert!(r.complete_ns.iter().zip(&r.issue_ns).all(|(c, i)| c >= i && *i >= 0));
+        }
+    }
+
+    #[test]
+    fn empty_chunks_do_not_end_the_input() {
+        for mode in [Mode::Afap, Mode::Original { speed: 1.0 }] {
+            let chunks = vec![chunk(0, vec![]), chunk(0, vec![]), chunk(0, vec![0])];
+            let (out, summary) = replay(mode, chunks, 4);
+            assert_eq!(summary.rows_issued, 1);
+            assert_eq!(out.iter().map(|r| r.issued).sum::<usize>(), 1);
         }
     }
 
