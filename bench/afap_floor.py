@@ -1,7 +1,7 @@
 """AFAP against the floor and fio's best: 4 KiB random reads and 70/30 random read/write, as
 fast as possible, the same I/Os for every tool, alternating runs.
 
-- psync rows, /dev/zram0 (whose driver runs each I/O on the submitting CPU): `replay run
+- psync rows, a zram device (whose driver runs each I/O on the submitting CPU): `replay run
   --afap --qd 32` with the engine the runner picks there; the floor's minimal pread/pwrite
   loops, one thread per CPU; fio in its best configuration of io_uring QD32, libaio QD32 and
   psync with 1, 2 and 4 jobs (each tried once on a quarter of the I/Os first).

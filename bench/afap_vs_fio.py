@@ -1,5 +1,5 @@
 """AFAP throughput and CPU cost against fio: 4 KiB random read and 70/30 random read/write at
-QD1 and QD32 on a direct-I/O loop device and on /dev/zram0, the same I/O count for both tools.
+QD1 and QD32 on a direct-I/O loop device and on a zram device, the same I/O count for both tools.
 
 Ours: a pre-generated trace of random 4 KiB-aligned offsets over the span, replayed with
 replay(..., RunOptions(timing="afap", qd=N, destroy_data=True)) in a fresh process, with the

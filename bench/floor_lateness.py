@@ -1,5 +1,5 @@
 """Open-loop lateness against the floor: Poisson-arrival traces of 4 KiB random I/O, 70 %
-reads, at 20k, 50k and 100k IOPS (5 s each), on /dev/zram0 (a loop device over /dev/shm where
+reads, at 20k, 50k and 100k IOPS (5 s each), on a zram device (a loop device over /dev/shm where
 there is no zram), replayed by `replay run` as a user runs it (default engine) and by the
 floor (floor.c: one thread that spins on CLOCK_MONOTONIC to each absolute deadline, stamps the
 clock and calls pread/pwrite itself), in alternating pairs; and once by fio's read_iolog, for

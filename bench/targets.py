@@ -13,6 +13,7 @@ from pathlib import Path
 GIB = 1 << 30
 MIB = 1 << 20
 ZRAM = "/sys/block/zram0"
+ZRAM_CONTROL = "/sys/class/zram-control"
 
 
 def _run(*cmd):
@@ -57,28 +58,39 @@ def loop_device(size: int = 2 * GIB, span: int = GIB, directory: str = "/var/tmp
 
 @contextlib.contextmanager
 def zram_device(size: int = 2 * GIB, span: int = GIB, compress_pct: int = 50):
-    """/dev/zram0 sized `size`, written over `span` with `compress_pct` % compressible data.
-    Refuses a zram0 that is already set up (someone else's); resets it at the end."""
-    disksize = Path(ZRAM, "disksize")
-    if not disksize.exists():
-        raise RuntimeError("/dev/zram0 does not exist: modprobe zram first")
-    if int(disksize.read_text()) != 0:
-        raise RuntimeError("/dev/zram0 is already initialised (in use?): reset it first with "
-                           "`echo 1 > /sys/block/zram0/reset` if it is yours")
+    """A zram device sized `size`, written over `span` with `compress_pct` % compressible data:
+    one added for the bench where the kernel can add them (/sys/class/zram-control), so the
+    tests' /dev/zram0 stays free for a test suite running meanwhile, else /dev/zram0 (refused
+    when already set up). Reset, and removed if added, at the end."""
+    added = None
+    if Path(ZRAM_CONTROL, "hot_add").exists():
+        added = int(Path(ZRAM_CONTROL, "hot_add").read_text())
+        sysfs = Path(f"/sys/block/zram{added}")
+    else:
+        sysfs = Path(ZRAM)
+        if not sysfs.exists():
+            raise RuntimeError("/dev/zram0 does not exist: modprobe zram first")
+        if int(Path(sysfs, "disksize").read_text()) != 0:
+            raise RuntimeError("/dev/zram0 is already initialised (in use?): reset it first with "
+                               "`echo 1 > /sys/block/zram0/reset` if it is yours")
     try:
-        disksize.write_text(str(size))
-        prewrite("/dev/zram0", span, compress_pct)
-        yield "/dev/zram0"
+        Path(sysfs, "disksize").write_text(str(size))
+        dev = f"/dev/{sysfs.name}"
+        prewrite(dev, span, compress_pct)
+        yield dev
     finally:
-        reset_zram()
+        reset_zram(sysfs=sysfs)
+        if added is not None:
+            Path(ZRAM_CONTROL, "hot_remove").write_text(str(added))
 
 
-def reset_zram(tries: int = 50) -> None:
-    """Reset /dev/zram0, retrying while the kernel still holds it: it frees an io_uring ring
-    (and the ring's hold on the device) some milliseconds after the last run."""
+def reset_zram(tries: int = 50, sysfs=ZRAM) -> None:
+    """Reset a zram device (/dev/zram0 by default), retrying while the kernel still holds it:
+    it frees an io_uring ring (and the ring's hold on the device) some milliseconds after the
+    last run."""
     for attempt in range(tries):
         try:
-            Path(ZRAM, "reset").write_text("1")
+            Path(sysfs, "reset").write_text("1")
             return
         except OSError as e:
             if e.errno != errno.EBUSY or attempt == tries - 1:
@@ -88,13 +100,14 @@ def reset_zram(tries: int = 50) -> None:
 
 @contextlib.contextmanager
 def zram_or_shm(size: int = 2 * GIB, span: int = GIB):
-    """/dev/zram0 as zram_device makes it (loading the zram module if it is missing), or, where
-    there is no zram or zram0 is someone else's, a loop device over /dev/shm. Yields (kind,
-    device)."""
+    """A zram device as zram_device makes it (loading the zram module if it is missing), or,
+    where there is no zram or only a zram0 that is someone else's, a loop device over /dev/shm.
+    Yields (kind, device)."""
     if not Path(ZRAM).exists():
         with contextlib.suppress(OSError):  # no modprobe: the fallback below
             subprocess.run(["modprobe", "zram"], check=False, capture_output=True)
-    if Path(ZRAM, "disksize").exists() and int(Path(ZRAM, "disksize").read_text()) == 0:
+    zram0_free = Path(ZRAM, "disksize").exists() and int(Path(ZRAM, "disksize").read_text()) == 0
+    if Path(ZRAM_CONTROL, "hot_add").exists() or zram0_free:
         with zram_device(size=size, span=span) as dev:
             yield "zram", dev
     else:
