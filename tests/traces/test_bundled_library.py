@@ -115,7 +115,7 @@ def test_oltp_like_refuses_a_tiny_span():
 
 # -- the captured traces (issue 4): made by `replay capture recipe NAME` with default knobs --
 
-CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone")
+CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone", "dpkg")
 
 
 def _characterise(name):
@@ -198,3 +198,13 @@ def test_gitclone_trace_writes_the_whole_tree():
     # device before sync returned.
     assert written > 2 * repository["pack_bytes"]
     assert written > length[op == Op.READ].sum()
+
+
+def test_dpkg_trace_is_flush_heavy_small_writes():
+    c = _characterise("dpkg")
+    outcome = open_trace(library.resolve("dpkg")).metadata["recipe"]["outcome"]
+    assert outcome["packages"] > 100
+    assert c.flushes / c.ios > 0.3  # dpkg's fsync of every file it unpacks
+    assert c.read_share_count < 0.1
+    size, _count, share = c.dominant_sizes[0]
+    assert size == 4 * KIB and share > 0.3

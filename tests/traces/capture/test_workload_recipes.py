@@ -3,10 +3,13 @@ loop device: the application's own outcome is recorded, the trace has the worklo
 and validates, and nothing is left behind. A recipe whose Debian packages are missing skips,
 naming them (`make deps` installs them).
 """
+import signal
+import tempfile
+
 import numpy as np
 import pytest
 
-from tests.cli_process import replay_cli
+from tests.cli_process import replay_cli, replay_process, wait_for
 from traces.capture.recipes import load
 from traces.capture.recipes.common import missing_packages
 from traces.schema import Op
@@ -72,3 +75,39 @@ def test_gitclone_quick(tmp_path, clean):
     # all of it on the device by the time sync returns.
     assert writes.sum() > 0.9 * data.sum()
     assert cols["length"][writes].sum() >= repository["pack_bytes"]
+
+
+def test_dpkg_quick(tmp_path, clean):
+    module = recipe("dpkg")
+    clean("dpkg")
+    out = tmp_path / "dpkg.parquet"
+    try:
+        module.run(None, out, notices=[], variant="minbase")
+    except module.RecipeError as exc:
+        if "is it reachable" in str(exc):  # the packages are downloaded once, from the mirror
+            pytest.skip(f"the Debian mirror is out of reach: {exc}")
+        raise
+    cols, meta, outcome = captured(out)
+    assert outcome["unit"] == "packages" and outcome["packages"] > 50
+    assert "(in the chroot)" in meta["recipe"]["applications"]["dpkg"]
+    ops = cols["op"]
+    # dpkg makes each unpacked file durable before renaming it into place: flushes are a
+    # large share of the requests, and nearly everything else is a write.
+    assert np.count_nonzero(ops == Op.FLUSH) > 0.2 * len(ops)
+    assert np.count_nonzero(ops == Op.WRITE) > 10 * np.count_nonzero(ops == Op.READ)
+    assert "dpkg" in set(cols["comm"])
+
+
+def test_dpkg_interrupted_inside_the_chroot_tears_down(tmp_path, clean):
+    recipe("dpkg")
+    module = load("dpkg")
+    out = tmp_path / "dpkg.parquet"
+    with replay_process("capture", "recipe", "dpkg", "-o", out, "--variant", "minbase") as proc:
+        clean("dpkg", proc.pid)
+        # Once dpkg runs in the chroot, debootstrap has mounted /proc and /sys inside it.
+        wait_for(proc, lambda: any("/chroot/proc" in p for p in module.mounts_under(tempfile.gettempdir())),
+                 "debootstrap's /proc mount in the chroot", timeout=120)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert not out.exists()

@@ -20,6 +20,7 @@ RECIPES = {
     "filecopy": "traces.capture.recipes.filecopy",
     "build": "traces.capture.recipes.build",
     "gitclone": "traces.capture.recipes.gitclone",
+    "dpkg": "traces.capture.recipes.dpkg",
 }
 
 

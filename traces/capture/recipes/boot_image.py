@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from traces.capture.recipes.common import mounts_under
 from traces.errors import ReplayError
 
 DEFAULT_CACHE_DIR = Path("/var/cache/tracereplay")
@@ -223,27 +224,16 @@ def _build(work: Path, paths: dict, suite: str, mirror: str) -> BootImage:
     return BootImage(found.image, found.kernel, found.initrd, suite, version, size, "ext4", True)
 
 
-def _mounts_under(path: Path) -> list[str]:
-    prefix = str(path.resolve()) + os.sep
-    points = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            point = line.split()[4].encode().decode("unicode_escape")
-            if point.startswith(prefix):
-                points.append(point)
-    return points
-
-
 def _remove_tree(work: Path) -> None:
     """Remove a build directory, after unmounting what debootstrap left mounted in it.
 
     rmtree would descend into a /proc, /sys or /dev left mounted by a failed debootstrap,
     so a directory that still holds a mount is left in place rather than removed.
     """
-    for point in sorted(_mounts_under(work), key=len, reverse=True):
+    for point in sorted(mounts_under(work), key=len, reverse=True):
         subprocess.run(["umount", point], capture_output=True)
-    for point in _mounts_under(work):
+    for point in mounts_under(work):
         subprocess.run(["umount", "--lazy", point], capture_output=True)
-    if _mounts_under(work):
+    if mounts_under(work):
         raise ImageBuildError(f"{work}: mounts remain inside the build directory; unmount them and remove it")
     shutil.rmtree(work, ignore_errors=True)

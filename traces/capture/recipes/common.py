@@ -21,7 +21,7 @@ from pathlib import Path
 from traces.errors import ReplayError
 
 __all__ = ["RecipeError", "Session", "MemoryCgroup", "parse_knobs", "require", "missing_packages",
-           "version_of", "run"]
+           "mounts_under", "version_of", "run"]
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -123,6 +123,18 @@ def _find_mount(fstype: str) -> list[Path]:
         if fields[2] == fstype:
             found.append(Path(fields[1]))
     return found
+
+
+def mounts_under(path: Path) -> list[str]:
+    """The mount points below `path` (what a chroot's tools, debootstrap, mounted there)."""
+    prefix = str(Path(path).resolve()) + os.sep
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].encode().decode("unicode_escape")
+            if point.startswith(prefix):
+                points.append(point)
+    return points
 
 
 class MemoryCgroup:
