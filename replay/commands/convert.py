@@ -192,7 +192,8 @@ def export(
         help="fio writes an iolog v3 for fio --read_iolog (each device is a file, tracereplay.img "
              "by default: send it to a drive with fio's --replay_redirect); blktrace writes binary "
              "records for blkparse and btreplay; csv writes a header of column names and one I/O "
-             "per line.")],
+             "per line; oraclegeneral writes libCacheSim's records (reads and writes, the 512-byte "
+             "sector as the object) for its cachesim.")],
     output: Annotated[Path, typer.Option(
         "--output", "-o",
         help="The file to write. It appears only when the export succeeded.")],

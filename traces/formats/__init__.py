@@ -25,11 +25,11 @@ from traces.errors import TraceFormatError
 from traces.formats.inputs import read_head
 
 # In sniffing order: the binary and self-describing formats first, bare CSVs last.
-NAMES = ("blktrace", "fio", "blkparse", "blkreplay", "fiu", "disksim", "msr", "umass", "alibaba",
-         "tencent", "csv")
+NAMES = ("blktrace", "vscsi", "oraclegeneral", "fio", "blkparse", "blkreplay", "fiu", "disksim", "msr",
+         "umass", "alibaba", "tencent", "csv")
 
 # The formats that `replay export` writes (their modules define `write`), in its order.
-WRITERS = ("fio", "blktrace", "csv")
+WRITERS = ("fio", "blktrace", "csv", "oraclegeneral")
 
 # The registry, the format modules and what they share.
 __all__ = ["NAMES", "WRITERS", "get", "sniff", "inputs", "ordering", "reading", *NAMES]

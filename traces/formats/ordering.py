@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from traces.errors import TraceFormatError
-from traces.formats.reading import iter_lines, line_of_row
+from traces.formats.reading import fail_at, iter_lines, line_of_row
 
 # A gap longer than this between consecutive records is a damaged timestamp, not a pause:
 # it is three times the span of the longest published block trace (Alibaba 2020, 31 days).
@@ -73,8 +73,9 @@ class Ordered:
     arriving later than that is an error naming its line.
     """
 
-    def __init__(self, path, window_ns=0, skip_rows=0, line_of=None):
-        self.path, self.window, self.skip = path, int(window_ns), skip_rows
+    def __init__(self, path, window_ns=0, skip_rows=0, line_of=None, unit="line"):
+        """line_of(row) -> the number errors name, after `unit` ("record" for binary files)."""
+        self.path, self.window, self.skip, self.unit = path, int(window_ns), skip_rows, unit
         self.line_of = line_of or (lambda row: line_of_row(path, row, skip_rows))
         self.last = None
         self.held = None  # chunk dict plus "_row"
@@ -104,7 +105,7 @@ class Ordered:
                 i = int(late.argmax())
                 raise TraceFormatError(
                     self.path,
-                    f"line {self.line_of(int(rows[i]))}: time goes back by "
+                    f"{self.unit} {self.line_of(int(rows[i]))}: time goes back by "
                     f"{lag[i] / 1e9:.6f} s, more than the reorder window of {self.window / 1e9:g} s; "
                     "is the file sorted by time?")
         chunk = dict(chunk, _row=rows)
@@ -132,7 +133,7 @@ class Ordered:
         if len(ts) and self.last is not None and ts[0] < self.last:
             raise TraceFormatError(
                 self.path,
-                f"line {self.line_of(int(out['_row'][0]))}: time goes back "
+                f"{self.unit} {self.line_of(int(out['_row'][0]))}: time goes back "
                 f"by {(self.last - ts[0]) / 1e9:.6f} s, more than the reorder window of "
                 f"{self.window / 1e9:g} s; is the file sorted by time?")
         if len(ts):
@@ -141,7 +142,7 @@ class Ordered:
         return out
 
     def _late(self, row, before, after):
-        return TraceFormatError(self.path, f"line {self.line_of(row)}: time goes back (from "
+        return TraceFormatError(self.path, f"{self.unit} {self.line_of(row)}: time goes back (from "
                                 f"{before} ns to {after} ns); this format must be sorted by time")
 
 
@@ -288,3 +289,41 @@ def merge_sorted(streams):
         out = concat(parts)
         order = np.argsort(out["ts_ns"], kind="stable")
         yield {k: v[order] for k, v in out.items()}
+
+
+def spread_seconds(path, chunks, origin):
+    """Whole seconds (chunks with "_row") -> ns from `origin` s, each second's I/Os evenly over
+    it (Tencent CBS, libCacheSim's oracleGeneral); a second is held back until the next one
+    starts, so a second split across chunks is spread as a whole."""
+    held = None
+    for chunk in chunks:
+        seconds = chunk["ts_ns"]
+        rows = chunk["_row"]
+        if len(seconds):
+            before = held["ts_ns"][-1] if held is not None and len(held["ts_ns"]) else None
+            if before is not None and seconds[0] < before:
+                raise fail_at(path, int(rows[0]), f"time goes back from {before} to {seconds[0]} s")
+            if (down := seconds[1:] < seconds[:-1]).any():
+                i = int(down.argmax())
+                raise fail_at(path, int(rows[i + 1]), f"time goes back from {seconds[i]} to {seconds[i + 1]} s")
+        held = chunk if held is None else concat([held, chunk])
+        if not len(held["ts_ns"]):
+            continue
+        cut = int(np.searchsorted(held["ts_ns"], held["ts_ns"][-1], side="left"))
+        if cut:
+            yield _spread_seconds({k: v[:cut] for k, v in held.items()}, origin)
+            held = {k: v[cut:] for k, v in held.items()}
+    if held is not None and len(held["ts_ns"]):
+        yield _spread_seconds(held, origin)
+
+
+def _spread_seconds(chunk, origin):
+    """Whole seconds (complete groups) -> ns: the k-th of n I/Os of a second at k * 1e9 // n."""
+    seconds = chunk.pop("_row") is not None and chunk["ts_ns"]
+    starts = np.flatnonzero(np.r_[True, seconds[1:] != seconds[:-1]])
+    counts = np.diff(np.r_[starts, len(seconds)])
+    group_start = np.repeat(starts, counts)
+    group_size = np.repeat(counts, counts)
+    rank = np.arange(len(seconds)) - group_start
+    chunk["ts_ns"] = (seconds - origin) * 1_000_000_000 + rank * 1_000_000_000 // group_size
+    return chunk

@@ -390,3 +390,34 @@ class prefetch:
         finally:
             self._stop.set()
             self._thread.join()
+
+
+def record_blocks(path, record: np.dtype, meter=None, block_records=1 << 20):
+    """Yield (index of the first record, structured array) over a file of fixed-size binary
+    records, decompressed by content, in bounded memory. A file that ends inside a record is
+    an error naming the byte offset where that record starts."""
+    size = record.itemsize
+    try:
+        f = open_text(path, meter, buffered=False)
+    except READ_ERRORS as e:
+        raise TraceFormatError(path, f"cannot read: {e}") from None
+    with f:
+        index, carry = 0, b""
+        while True:
+            want = block_records * size - len(carry)
+            data, error = read_block(f, want)
+            if error is not None:
+                raise TraceFormatError(path, f"byte offset {index * size + len(carry) + len(data)}: "
+                                       f"cannot read ({error})")
+            at_end = len(data) < want
+            data = carry + data
+            whole = len(data) // size
+            if whole:
+                yield index, np.frombuffer(data, record, count=whole)
+                index += whole
+            carry = data[whole * size:]
+            if at_end:
+                if carry:
+                    raise TraceFormatError(path, f"byte offset {index * size}: the file ends {len(carry)} "
+                                           f"bytes into a {size}-byte record; it is cut short")
+                return

@@ -67,7 +67,8 @@ def read(paths, options):
         "start_wallclock": datetime.datetime.fromtimestamp(origin, datetime.timezone.utc).isoformat(),
     }
     meter = options.get("meter")
-    streams = [_spread(p, _outliers(p, _chunks(p, wanted, meter), options.get("outliers")), origin)
+    streams = [ordering.spread_seconds(p, _outliers(p, _chunks(p, wanted, meter), options.get("outliers")),
+                                       origin)
                for p in paths]
     return metadata, ordering.merge_sorted(streams)
 
@@ -84,7 +85,7 @@ def _chunks(path, wanted, meter):
             raise reading.fail_at(path, row0 + int(bad.argmax()), "VolumeID out of range")
         seconds = reading.numpy_of(batch.column("ts"))
         chunk = {
-            "ts_ns": seconds,  # whole seconds until _spread
+            "ts_ns": seconds,  # whole seconds until ordering.spread_seconds
             "op": np.where(iotype == 0, Op.READ, Op.WRITE).astype(np.uint8),
             "offset": reading.numpy_of(batch.column("offset")) * SECTOR,
             "length": reading.numpy_of(batch.column("size")) * SECTOR,
@@ -107,40 +108,3 @@ def _outliers(path, chunks, log):
     rest = spikes.finish()
     if rest:
         yield rest
-
-
-def _spread(path, chunks, origin):
-    """Seconds -> ns, each second's I/Os evenly over it; a second is held back until the
-    next one starts, so a second split across chunks is spread as a whole."""
-    held = None
-    for chunk in chunks:
-        seconds = chunk["ts_ns"]
-        rows = chunk["_row"]
-        if len(seconds):
-            before = held["ts_ns"][-1] if held is not None and len(held["ts_ns"]) else None
-            if before is not None and seconds[0] < before:
-                raise reading.fail_at(path, int(rows[0]), f"time goes back from {before} to {seconds[0]} s")
-            if (down := seconds[1:] < seconds[:-1]).any():
-                i = int(down.argmax())
-                raise reading.fail_at(path, int(rows[i + 1]), f"time goes back from {seconds[i]} to {seconds[i + 1]} s")
-        held = chunk if held is None else ordering.concat([held, chunk])
-        if not len(held["ts_ns"]):
-            continue
-        cut = int(np.searchsorted(held["ts_ns"], held["ts_ns"][-1], side="left"))
-        if cut:
-            yield _spread_seconds({k: v[:cut] for k, v in held.items()}, origin)
-            held = {k: v[cut:] for k, v in held.items()}
-    if held is not None and len(held["ts_ns"]):
-        yield _spread_seconds(held, origin)
-
-
-def _spread_seconds(chunk, origin):
-    """Whole seconds (complete groups) -> ns: the k-th of n I/Os of a second at k * 1e9 // n."""
-    seconds = chunk.pop("_row") is not None and chunk["ts_ns"]
-    starts = np.flatnonzero(np.r_[True, seconds[1:] != seconds[:-1]])
-    counts = np.diff(np.r_[starts, len(seconds)])
-    group_start = np.repeat(starts, counts)
-    group_size = np.repeat(counts, counts)
-    rank = np.arange(len(seconds)) - group_start
-    chunk["ts_ns"] = (seconds - origin) * 1_000_000_000 + rank * 1_000_000_000 // group_size
-    return chunk
