@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV = .venv
 PY = $(VENV)/bin/python
 DEBIAN_PACKAGES = fio liburing-dev blktrace e2fsprogs fdisk util-linux mount postgresql qemu-system-x86 debootstrap chromium \
-	linux-source make gcc flex bison bc git
+	linux-source make gcc flex bison bc git mariadb-server-core mariadb-client-core sysbench
 
 .PHONY: install demo deps test quick-test clean-cache
 
@@ -18,12 +18,13 @@ demo: install
 	$(VENV)/bin/replay run oltp
 
 # Debian packages the tests use: fio and blktrace as peers and reference decoders,
-# mkfs/sfdisk/losetup/blkid for loop-device targets, PostgreSQL, qemu and debootstrap, and the
-# kernel's source with its build tools for the capture recipes, chromium to render reports;
+# mkfs/sfdisk/losetup/blkid for loop-device targets, PostgreSQL, MariaDB and sysbench, qemu and
+# debootstrap, the kernel's source with its build tools and git for the capture recipes,
+# chromium to render reports;
 # liburing-dev for bench/floor.c.
 deps:
 	@for tool in fio blkparse mkfs.ext4 sfdisk losetup blkid mount pg_ctlcluster qemu-system-x86_64 debootstrap chromium \
-			make gcc flex bison bc git; do \
+			make gcc flex bison bc git mariadbd my_print_defaults sysbench; do \
 		command -v $$tool >/dev/null || { apt-get update -q && apt-get install -y -q $(DEBIAN_PACKAGES); break; }; \
 	done
 	@for file in /usr/include/liburing.h /usr/src/linux-source-*.tar.xz; do \

@@ -115,7 +115,7 @@ def test_oltp_like_refuses_a_tiny_span():
 
 # -- the captured traces (issue 4): made by `replay capture recipe NAME` with default knobs --
 
-CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone", "dpkg")
+CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone", "dpkg", "mariadb")
 
 
 def _characterise(name):
@@ -208,3 +208,13 @@ def test_dpkg_trace_is_flush_heavy_small_writes():
     assert c.read_share_count < 0.1
     size, _count, share = c.dominant_sizes[0]
     assert size == 4 * KIB and share > 0.3
+
+
+def test_mariadb_trace_is_innodb_pages_with_a_flush_per_commit():
+    c = _characterise("mariadb")
+    outcome = open_trace(library.resolve("mariadb")).metadata["recipe"]["outcome"]
+    assert outcome["transactions"] == outcome["queries"] / 20 > 1000
+    size, _count, share = c.dominant_sizes[0]
+    assert size == 16 * KIB and share > 0.5  # InnoDB's page
+    assert 0.25 < c.read_share_count < 0.75  # page reads into a buffer pool smaller than the tables
+    assert c.flushes > 0.5 * outcome["transactions"]  # the redo log, flushed as transactions commit

@@ -111,3 +111,19 @@ def test_dpkg_interrupted_inside_the_chroot_tears_down(tmp_path, clean):
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert not out.exists()
+
+
+def test_mariadb_quick(tmp_path, clean):
+    module = recipe("mariadb")
+    clean("mariadb")
+    out = tmp_path / "mariadb.parquet"
+    module.run(None, out, notices=[], tables=1, table_size=10_000, events=200, threads=4)
+    cols, meta, outcome = captured(out)
+    assert outcome["transactions"] == 200 and outcome["queries"] == 200 * 20  # sysbench's 18 + BEGIN, COMMIT
+    assert outcome["tps"] > 0 and outcome["latency_ms"]["95th percentile"] >= outcome["latency_ms"]["avg"] > 0
+    assert "MariaDB" in meta["recipe"]["applications"]["mariadbd"]
+    assert "--skip-networking" in meta["recipe"]["server_options"]
+    ops = cols["op"]
+    # Every commit writes and flushes InnoDB's redo log.
+    assert np.count_nonzero(ops == Op.WRITE) > 0 and np.count_nonzero(ops == Op.FLUSH) > 20
+    assert "mariadbd" in set(cols["comm"])

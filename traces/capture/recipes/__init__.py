@@ -21,6 +21,7 @@ RECIPES = {
     "build": "traces.capture.recipes.build",
     "gitclone": "traces.capture.recipes.gitclone",
     "dpkg": "traces.capture.recipes.dpkg",
+    "mariadb": "traces.capture.recipes.mariadb",
 }
 
 
