@@ -1,69 +1,13 @@
 """Work beyond one process: a function over many files on local cores or as Ray tasks, and
-(replay.multihost) replays spread over the hosts of a Ray cluster. Ray is an optional extra
-(`pip install 'tracereplay[cluster]'`), imported only when a cluster address is given.
+(replay.multihost) replays spread over the hosts of a Ray cluster (replay.ray_session).
 """
-import ipaddress
-import logging
 import os
-import socket
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from replay.ray_session import LOCAL, ray_session
 from traces.errors import ReplayError
-
-# Ray resolves 127.0.0.1 to the machine's outward address unless told it runs no
-# multi-node cluster; for a cluster on loopback that is what keeps every byte on loopback.
-_RAY_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-
-
-def is_loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _reachable(address: str) -> None:
-    """Fail in a second, not after Ray's minutes of retries, when nothing listens there."""
-    if address in ("auto", "local") or "://" in address:
-        return
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ReplayError(f"--cluster {address}: give the head node's HOST:PORT (as `ray start --head` prints it)")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
-    except OSError as e:
-        raise ReplayError(f"cannot reach the Ray cluster at {address} ({e.strerror or e}); "
-                          "start it with `ray start --head` or check the address") from None
-
-
-def ray_module():
-    try:
-        import ray
-    except ImportError:
-        raise ReplayError("--cluster needs Ray, an optional extra: pip install 'tracereplay[cluster]'") from None
-    return ray
-
-
-def connect(address: str):
-    """Connect this process to the Ray cluster at `address` (HOST:PORT of the head's GCS);
-    returns the ray module."""
-    _reachable(address)
-    if is_loopback(address):
-        os.environ.setdefault(_RAY_LOOPBACK_ENV, "0")  # before ray is imported: read at import
-    ray = ray_module()
-    if not ray.is_initialized():
-        kwargs = {"_node_ip_address": "127.0.0.1"} if is_loopback(address) else {}
-        try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
-                     configure_logging=True, **kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise ReplayError(f"cannot join the Ray cluster at {address}: {e}") from None
-    return ray
 
 
 @dataclass
@@ -130,25 +74,28 @@ def run_each(fn: Callable, items: list, cluster: str | None = None, jobs: int | 
 
 
 def _ray_each(fn, items, address):
-    ray = connect(address)
-    task = ray.remote(num_cpus=1, max_retries=1)(_guarded)
-    refs = {task.remote(fn, item): i for i, item in enumerate(items)}
-    pending = list(refs)
-    try:
-        while pending:
-            # Short waits: Ctrl-C reaches Python only between them (ray.wait blocks in C++).
-            ready, pending = ray.wait(pending, num_returns=1, timeout=0.2)
-            for ref in ready:
-                i = refs[ref]
-                try:
-                    ok, value = ray.get(ref)
-                except ray.exceptions.RayError as e:
-                    ok, value = False, f"its Ray task failed: {str(e).strip().splitlines()[0]}"
-                yield Done(i, items[i], value if ok else None, None if ok else value)
-    except BaseException:
-        for ref in pending:
-            ray.cancel(ref)
-        raise
+    with ray_session(address) as ray:
+        task = ray.remote(num_cpus=1, max_retries=1)(_guarded)
+        refs = {task.remote(fn, item): i for i, item in enumerate(items)}
+        pending = list(refs)
+        try:
+            while pending:
+                # Short waits: Ctrl-C reaches Python only between them (ray.wait blocks in C++).
+                ready, pending = ray.wait(pending, num_returns=1, timeout=0.2)
+                for ref in ready:
+                    i = refs[ref]
+                    try:
+                        ok, value = ray.get(ref)
+                    except ray.exceptions.RayError as e:
+                        ok, value = False, f"its Ray task failed: {str(e).strip().splitlines()[0]}"
+                    yield Done(i, items[i], value if ok else None, None if ok else value)
+        except BaseException:
+            # A cluster started for this command ends with it, its tasks too; cancelling them
+            # there first once crashed Ray ("Tried to complete task that was not pending").
+            if address != LOCAL:
+                for ref in pending:
+                    ray.cancel(ref)
+            raise
 
 
 def in_order(outcomes: Iterator[Done], count: int) -> Iterator[Done]:

@@ -320,7 +320,7 @@ def run_cluster(trace, plan_path, address, options, output_dir, echo=print) -> d
     results go to `output_dir`. Returns the run's record (also DIR/cluster.json). Raises
     ReplayError before anything is issued when the plan, the trace or any host's target is
     refused; a host that fails mid-run is named in the record, the others' results kept."""
-    from replay.cluster import connect
+    from replay.ray_session import ray_session
     from traces import library
 
     plans = load_plan(plan_path)
@@ -329,7 +329,11 @@ def run_cluster(trace, plan_path, address, options, output_dir, echo=print) -> d
     if output_dir.exists() and any(output_dir.iterdir()):
         raise ReplayError(f"{output_dir} is not empty; give a new directory for the run's results")
     metadata, shares = split_trace(trace_path, plans)
-    ray = connect(address)
+    with ray_session(address) as ray:
+        return _on_cluster(ray, plans, shares, metadata, trace_path, options, output_dir, address, echo)
+
+
+def _on_cluster(ray, plans, shares, metadata, trace_path, options, output_dir, address, echo) -> dict:
     nodes = ray.cluster_resources()
     for p in plans:
         needed = next(iter(_placement(p).get("resources", {})), None)
