@@ -100,8 +100,8 @@ def import_(
     cluster: Annotated[Optional[str], typer.Option(
         "--cluster", envvar="RAY_ADDRESS",
         help="With -o DIR: import the files as Ray tasks on the cluster at this address (HOST:PORT "
-             "of the head; RAY_ADDRESS also sets it). Every node must see the inputs and DIR at "
-             "the same paths.")] = None,
+             "of the head, auto or local as for `replay traces ls`; RAY_ADDRESS also sets it). "
+             "Every node must see the inputs and DIR at the same paths.")] = None,
     jobs: Annotated[Optional[int], typer.Option(
         "--jobs", "-j", min=1,
         help="With -o DIR and no --cluster: how many files are imported at once, each in its own "

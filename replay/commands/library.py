@@ -26,8 +26,10 @@ def _source(metadata: dict) -> str:
 ClusterOption = Annotated[Optional[str], typer.Option(
     "--cluster", envvar="RAY_ADDRESS",
     help="Run the work as Ray tasks on the cluster at this address (HOST:PORT of the head, as "
-         "`ray start --head` prints it; RAY_ADDRESS also sets it). Every node must see the files "
-         "at the same paths. Without it, the files are worked on by local processes.")]
+         "`ray start --head` prints it; RAY_ADDRESS also sets it), `auto` for the one `ray start` "
+         "began on this machine, or `local` for a Ray on 127.0.0.1 that lasts as long as the "
+         "command. Every node must see the files at the same paths. Without it, the files are "
+         "worked on by local processes.")]
 JobsOption = Annotated[Optional[int], typer.Option(
     "--jobs", "-j", min=1,
     help="Without --cluster: how many files are worked on at once, each in its own process "

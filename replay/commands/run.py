@@ -121,7 +121,7 @@ def run(
     cluster: Annotated[Optional[str], typer.Option(
         "--cluster",
         help="With --plan: the Ray cluster's address, HOST:PORT of its head (as `ray start --head` "
-             "prints it).")] = None,
+             "prints it), auto or local (see docs/cluster.md).")] = None,
 ):
     """Replay TRACE on TARGET and record the intended, issue and completion time of every I/O.
 
