@@ -115,7 +115,7 @@ def test_oltp_like_refuses_a_tiny_span():
 
 # -- the captured traces (issue 4): made by `replay capture recipe NAME` with default knobs --
 
-CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone", "dpkg", "mariadb")
+CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone", "dpkg", "mariadb", "rocksdb")
 
 
 def _characterise(name):
@@ -218,3 +218,14 @@ def test_mariadb_trace_is_innodb_pages_with_a_flush_per_commit():
     assert size == 16 * KIB and share > 0.5  # InnoDB's page
     assert 0.25 < c.read_share_count < 0.75  # page reads into a buffer pool smaller than the tables
     assert c.flushes > 0.5 * outcome["transactions"]  # the redo log, flushed as transactions commit
+
+
+def test_rocksdb_trace_compacts_in_large_writes_then_reads_small_blocks():
+    columns, metadata = read_trace(library.resolve("rocksdb"))
+    benchmarks = metadata["recipe"]["outcome"]["benchmarks"]
+    assert set(benchmarks) == {"fillrandom", "readrandom"}
+    op, length = columns["op"], columns["length"]
+    written = length[op == Op.WRITE]
+    assert written[written >= 512 * KIB].sum() > 0.8 * written.sum()  # flushes and compactions
+    reads = length[op == Op.READ]
+    assert (reads <= 8 * KIB).mean() > 0.9  # readrandom's blocks

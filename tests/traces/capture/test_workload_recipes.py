@@ -127,3 +127,20 @@ def test_mariadb_quick(tmp_path, clean):
     # Every commit writes and flushes InnoDB's redo log.
     assert np.count_nonzero(ops == Op.WRITE) > 0 and np.count_nonzero(ops == Op.FLUSH) > 20
     assert "mariadbd" in set(cols["comm"])
+
+
+def test_rocksdb_quick(tmp_path, clean):
+    module = recipe("rocksdb")
+    clean("rocksdb")
+    out = tmp_path / "rocksdb.parquet"
+    # 2 x 150,000 values of 400 bytes: more than a 64 MiB memtable, so at least one flush.
+    module.run(None, out, notices=[], num=150_000, reads=5_000)
+    cols, meta, outcome = captured(out)
+    bench = outcome["benchmarks"]
+    assert bench["fillrandom"]["operations"] == 2 * 150_000 and bench["readrandom"]["operations"] == 2 * 5_000
+    assert outcome["operations"] == 310_000 and outcome["compaction_gb"] is not None
+    writes = cols["op"] == Op.WRITE
+    # A memtable flush writes a sorted table in large sequential requests, from RocksDB's
+    # own background thread.
+    assert cols["length"][writes].max() >= 512 * 1024
+    assert "rocksdb:high" in set(cols["comm"][writes])

@@ -22,6 +22,7 @@ RECIPES = {
     "gitclone": "traces.capture.recipes.gitclone",
     "dpkg": "traces.capture.recipes.dpkg",
     "mariadb": "traces.capture.recipes.mariadb",
+    "rocksdb": "traces.capture.recipes.rocksdb",
 }
 
 
