@@ -25,7 +25,7 @@ from traces.errors import TraceFormatError
 from traces.formats.inputs import read_head
 
 # In sniffing order: the binary and self-describing formats first, bare CSVs last.
-NAMES = ("blktrace", "vscsi", "oraclegeneral", "fio", "blkparse", "blkreplay", "fiu", "disksim", "msr",
+NAMES = ("blktrace", "vscsi", "oraclegeneral", "fio", "blkparse", "blkreplay", "fiu", "disksim", "netapp", "msr",
          "umass", "alibaba", "tencent", "csv")
 
 # The formats that `replay export` writes (their modules define `write`), in its order.
