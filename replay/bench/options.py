@@ -51,6 +51,8 @@ VERDICT_MIX_KEY = "iops_70_30_32x1"
 UNBOUNDED = 1 << 62
 # An engine issues discards of up to 4 GiB - 1 (a u32 length): a purge is cut in pieces.
 PURGE_PIECE = 1 * GIB
+# --op: the most of the target left unused (over-provisioned); 90 % still leaves a tenth tested.
+MAX_OP = 90
 
 
 class BenchError(ReplayError):
@@ -90,6 +92,10 @@ class BenchOptions:
     chunk_rows: int = 1 << 16
     act_prep: bool = True  # act: act_prep (zeros, then random data over the whole target) first
     act_latency: str = "intended"  # act: scoring.ACT_LATENCY key; "issue" is ACT 6's
+    # Over-provisioning percents, one pass of the whole test each, in order (seed 003: 0 then
+    # 25). A pass at P > 0 discards the whole target, then keeps every I/O, its fill's
+    # included, in the first (100 - P) % (whole MiB); its runs are named opP-RUN.
+    op: tuple = (0,)
 
     def scaled(self, seconds: float, whole: bool = False) -> float:
         """`seconds` at this scale; whole seconds (at least 1) for per-second scoring."""
@@ -117,6 +123,23 @@ def parse_split(text: str) -> tuple:
         raise BenchError(f"{text!r} is not a queue-depth split: give QD (one worker) or "
                          "WORKERSxQD, for example 3, 1x32 or 32x1")
     return (int(m.group(1) or 1), int(m.group(2)))
+
+
+def check_op(value) -> int:
+    """A whole percent from 0 to MAX_OP, the share of the target --op leaves unused."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if not (0 <= number <= MAX_OP and number == int(number)):
+        raise BenchError(f"--op takes a whole percent of the target to leave unused, from 0 to "
+                         f"{MAX_OP}, not {value!r}")
+    return int(number)
+
+
+def op_prefix(op: int) -> str:
+    """Runs of an over-provisioned pass are named op25-fill, op25-steady; the default's are not."""
+    return f"op{op}-" if op else ""
 
 
 def _data_label(data: str) -> str:

@@ -193,10 +193,9 @@ def pts(bench):
     def purge_fill(name):
         """PTS's purge (a discard of the span, see purge_statement) and its
         workload-independent preconditioning, twice the span in 128 KiB sequential writes."""
-        pieces = [g.Purge(span=min(PURGE_PIECE, bench.span - at), span_start=at, seed=o.seed)
-                  for at in range(0, bench.span, PURGE_PIECE)]
         fill = g.sequential_fill(span=bench.span, passes=2, seed=o.seed)
-        bench.run_one(name, "precondition", g.Sequence("snia-purge-fill", [*pieces, fill],
+        purge = discard_generator(0, bench.span, o.seed)
+        bench.run_one(name, "precondition", g.Sequence("snia-purge-fill", [*purge.stages, fill],
                                                       seed=o.seed))
 
     purge_fill("purge-fill")
@@ -239,6 +238,13 @@ def pts(bench):
             "max_ns": max(v["max_ns"] for v in values),
             "p99_ns": max((v["p99_ns"] or 0) for v in values),
         })
+
+
+def discard_generator(start: int, end: int, seed: int = 0):
+    """Discards of [start, end) in pieces of PURGE_PIECE, one after the other: PTS's purge and
+    --op's whole-target discard (BLKDISCARD on a block device, a punched hole in a file)."""
+    return g.Sequence("discard", [g.Purge(span=min(PURGE_PIECE, end - at), span_start=at, seed=seed)
+                                  for at in range(start, end, PURGE_PIECE)], seed=seed)
 
 
 def purge_statement(target) -> dict:

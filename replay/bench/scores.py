@@ -111,9 +111,27 @@ def act_scores(bins, period_s, duration_s) -> dict:
 
 
 def format_results(results: dict) -> str:
-    """A compact table of a results set's scores, for the console."""
-    s, lines = results["scores"], []
-    test = results["test"]
+    """A compact table of a results set's scores, for the console: each over-provisioned
+    pass (--op) said before the scores it gave."""
+    passes = results.get("op") or [{"op": 0, "scores": None}]
+    lines = []
+    for p in passes:
+        if len(passes) > 1 or p["op"]:
+            lines.append(_op_line(p))
+        s = results["scores"] if p["scores"] is None else results["scores"].get(p["scores"], {})
+        lines += _score_lines(results["test"], s)
+    return "\n".join(lines)
+
+
+def _op_line(p: dict) -> str:
+    if not p["op"]:
+        return "default capacity (no over-provisioning):"
+    return (f"{p['op']} % over-provisioning: the whole target ({p['discarded_bytes']:,} bytes) "
+            f"discarded, then every I/O in its first {p['limit_bytes']:,} bytes ({100 - p['op']} %):")
+
+
+def _score_lines(test: str, s: dict) -> list[str]:
+    lines = []
     if test in ("mix", "seqmix"):
         lines.append(f"{'run':<26}{'read %':>7}{'workers x QD':>13}{'IOPS':>12}{'MB/s':>10}{'p99 ms':>9}")
         for row in s.get("table", []):
@@ -180,4 +198,4 @@ def format_results(results: dict) -> str:
         for row in s.get("latency", []):
             lines.append(f"{percent(row['read_share']):>7}{size_label(row['block_size']):>8}"
                          f"{row['mean_ns'] / 1e3:>10.1f}{row['max_ns'] / 1e3:>10.1f}")
-    return "\n".join(lines)
+    return lines

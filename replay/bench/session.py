@@ -12,7 +12,7 @@ from pathlib import Path
 from analysis import scoring
 from replay.bench import TESTS, procedures
 from replay.bench.options import (DATA_PATTERN, FILL_BLOCK, FORMAT, KIB, MIB, MIX_SPAN,
-                                  VERSION, BenchError, BenchOptions)
+                                  VERSION, BenchError, BenchOptions, check_op, op_prefix)
 from replay.options import MAX_DEPTH, MAX_WORKERS
 from replay.runner import GeneratorSource, RunOptions, null_target, replay
 from synth import generators as g
@@ -84,17 +84,19 @@ class Bench:
             raise BenchError("give a TARGET (a block device or a regular file); only "
                              "--engine null runs without one")
         self.target_arg = None if target is None else str(target)
+        if isinstance(o.op, (int, float, str)):
+            o.op = (o.op,)
+        o.op = tuple(check_op(p) for p in o.op)
+        if not o.op or len(set(o.op)) < len(o.op):
+            raise BenchError(f"--op takes each over-provisioning percent once, not "
+                             f"{','.join(map(str, o.op)) or 'none'}")
         default_span = MIX_SPAN if test == "mix" else None
         if self.target_arg is None:
-            null_span = MIX_SPAN if o.span in (None, "target") else o.span
-            self.target = null_target(max(null_span, o.fill_bytes or 0))
+            null_span = max(MIX_SPAN if o.span in (None, "target") else o.span, o.fill_bytes or 0)
+            # Large enough that the most over-provisioned pass still holds the span.
+            self.target = null_target(-(-null_span * 100 // (100 - max(o.op)) // MIB) * MIB)
         else:
             self.target = inspect_target(self.target_arg)
-        usable = self.target.size // MIB * MIB
-        self.span = usable if o.span == "target" else int(o.span or default_span or usable)
-        if o.fill_bytes is not None and not 0 < o.fill_bytes <= self.target.size:
-            raise BenchError(f"--fill must be between 1 byte and the target's "
-                             f"{self.target.size} bytes, not {o.fill_bytes}")
         if isinstance(o.data, str):
             o.data = tuple(o.data.split(","))
         for pattern in o.data:
@@ -112,20 +114,51 @@ class Bench:
         for size in o.block_sizes or ():
             if size <= 0 or size % 512:
                 raise BenchError(f"--block-sizes takes positive multiples of 512 bytes, not {size}")
-        if self.span <= 0 or self.span % (4 * KIB):
-            raise BenchError(f"--span must be a positive multiple of 4 KiB, not {self.span} bytes")
-        if self.span > self.target.size:
-            raise BenchError(
-                f"the {test} test spans {human_bytes(self.span)} ({self.span} bytes) but "
-                f"{self.target.path} holds {human_bytes(self.target.size)}; give --span "
-                f"{usable} or less, or a larger target")
+        self.limits = {op: self._limit(op) for op in o.op}
+        self.spans = {op: self._span(test, op, default_span) for op in o.op}
         if self.target.kind == "block":
             check_safe_to_write(self.target, o.destroy_data)
         check_out_dir(self.out_dir, self.target)
         self.runs: list[dict] = []
-        self.scores: dict = {}
+        self.all_scores: dict = {}  # the first pass's scores, and each later pass's as opP
+        self.scores = self.all_scores  # the current pass's
+        self.passes: list[dict] = []  # each --op pass begun: its percent, discard and limit
+        self.op = o.op[0]
+        self.span, self.limit = self.spans[self.op], self.limits[self.op]
         self.started = datetime.now(timezone.utc).isoformat()
         self.preset = None  # set by run_bench for a seed preset: its name, seed and overrides
+
+    def _limit(self, op: int) -> int:
+        """Bytes from offset 0 a pass at `op` % over-provisioning may touch: the whole target at
+        0, else the first (100 - op) % of it in whole MiB."""
+        if not op:
+            return self.target.size
+        limit = self.target.size * (100 - op) // 100 // MIB * MIB
+        if limit <= 0:
+            raise BenchError(f"{self.target.path} holds {human_bytes(self.target.size)}, too little "
+                             f"to leave {op} % unused and test a whole MiB; give a smaller --op or "
+                             "a larger target")
+        return limit
+
+    def _span(self, test: str, op: int, default_span) -> int:
+        """The span a pass at `op` tests, refused when the target (or its first (100 - op) %)
+        cannot hold it or the fill."""
+        o, limit = self.options, self.limits[op]
+        usable = limit // MIB * MIB
+        span = usable if o.span == "target" else int(o.span or default_span or usable)
+        room = (f"--op {op} leaves {human_bytes(limit)} ({limit} bytes) of {self.target.path}"
+                if op else f"{self.target.path} holds {human_bytes(self.target.size)}")
+        if o.fill_bytes is not None and not 0 < o.fill_bytes <= limit:
+            raise BenchError(f"--fill must be between 1 byte and "
+                             + (f"the {limit} bytes --op {op} leaves" if op else
+                                f"the target's {limit} bytes") + f", not {o.fill_bytes}")
+        if span <= 0 or span % (4 * KIB):
+            raise BenchError(f"--span must be a positive multiple of 4 KiB, not {span} bytes")
+        if span > limit:
+            raise BenchError(
+                f"the {test} test spans {human_bytes(span)} ({span} bytes) but {room}; give "
+                f"--span {usable} or less, " + ("a smaller --op " if op else "") + "or a larger target")
+        return span
 
     # ---- running ---------------------------------------------------------------------------
 
@@ -133,20 +166,36 @@ class Bench:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         interrupted = False
         try:
-            procedures.PROCEDURES[self.test](self)
+            for i, op in enumerate(self.options.op):
+                self._begin_pass(i, op)
+                procedures.PROCEDURES[self.test](self)
         except (Stopped, KeyboardInterrupt):
             interrupted = True
         return self._save(interrupted, finished=True)
+
+    def _begin_pass(self, i: int, op: int) -> None:
+        """Start the test's pass at `op` % over-provisioning: the first pass's scores go at the
+        top, a later one's under "opP". Over-provisioning first discards the whole target, as
+        a secure erase would, so that the unused rest is spare area the drive knows is free."""
+        self.op, self.span, self.limit = op, self.spans[op], self.limits[op]
+        self.scores = self.all_scores if i == 0 else self.all_scores.setdefault(f"op{op}", {})
+        self.passes.append({"op": op, "discarded_bytes": self.target.size if op else 0,
+                            "limit_bytes": self.limit, "span": self.span,
+                            "scores": None if i == 0 else f"op{op}"})
+        if op:
+            self.run_one("discard", "precondition",
+                         procedures.discard_generator(0, self.target.size, self.options.seed))
 
     def _save(self, interrupted=False, finished=False) -> dict:
         results = {
             "format": FORMAT, "version": VERSION, "test": self.test,
             "target": asdict(self.target), "started": self.started,
             "finished": datetime.now(timezone.utc).isoformat() if finished else None,
-            "interrupted": interrupted, "span": self.span, "preset": self.preset,
+            "interrupted": interrupted, "span": self.span, "op": self.passes,
+            "preset": self.preset,
             "options": {k: (list(v) if isinstance(v, tuple) else v)
                         for k, v in asdict(self.options).items()},
-            "runs": self.runs, "scores": self.scores,
+            "runs": self.runs, "scores": self.all_scores,
         }
         write_index(self.out_dir, results)
         return results
@@ -163,13 +212,16 @@ class Bench:
                              destroy_data=True,  # checked once, before the first run
                              force=True,  # -o DIR's files of the same names are replaced
                              time_limit_s=time_limit_s, chunk_rows=chunk_rows, data=data)
+        name = op_prefix(self.op) + name
         file = f"{name}.parquet"
         parameters = {"generator": generator.name, **generator.parameters(), "afap": afap,
-                      "qd": qd, "workers": workers, "time_limit_s": time_limit_s, "data": data}
+                      "qd": qd, "workers": workers, "time_limit_s": time_limit_s, "data": data,
+                      "op": self.op}
+        said = {"test": self.test, "run": name, "role": role, **({"op": self.op} if self.op else {})}
         try:
             outcome = replay(GeneratorSource(generator, name), self.target_arg, options,
                              output=self.out_dir / file, notices=self.notices, consumers=consumers,
-                             metadata={"bench": {"test": self.test, "run": name, "role": role}})
+                             metadata={"bench": said})
         except scoring.ActGaveUp as e:
             md = open_trace(self.out_dir / file).metadata  # closed by the runner, rows kept
             self.runs.append({"name": name, "file": file, "role": role, "parameters": parameters,
@@ -194,10 +246,10 @@ class Bench:
 
     @property
     def fill_span(self) -> int:
-        """Bytes a fill writes from offset 0: the whole target unless --fill says less. The
-        reviews fill the drive, not the span they test: the unwritten rest would otherwise
-        act as spare area and raise every write-bearing point."""
-        return int(self.options.fill_bytes or self.target.size)
+        """Bytes a fill writes from offset 0: the whole target (its first (100 - op) % with
+        --op) unless --fill says less. The reviews fill the drive, not the span they test: the
+        unwritten rest would otherwise act as spare area and raise every write-bearing point."""
+        return int(self.options.fill_bytes or self.limit)
 
     def fill(self, name="fill", passes=1, data="random"):
         if self.options.fill:

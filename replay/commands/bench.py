@@ -28,7 +28,8 @@ _FIELDS = {"duration": "duration_s", "span": "span", "window": "window_s", "roun
            "no_fill": "fill", "fill": "fill_bytes", "qd": "qd_splits", "read_shares": "read_shares",
            "data": "data", "read_share": "read_share", "precondition": "precondition_s",
            "point": "point_s", "qd_scaling": "qd_scaling", "seed": "seed", "engine": "engine",
-           "destroy_data": "destroy_data", "no_prep": "act_prep", "act_latency": "act_latency"}
+           "destroy_data": "destroy_data", "no_prep": "act_prep", "act_latency": "act_latency",
+           "op": "op"}
 
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -172,6 +173,13 @@ def bench(
         help="What measured writes carry, as for replay run: random (incompressible), zeros or "
              "compressible:PCT; mix takes several, comma separated, and sweeps each in turn (seed "
              "004: random,compressible:50).")] = "random",
+    op: Annotated[Optional[str], typer.Option(
+        "--op",
+        help="Over-provisioning: a whole percent of the target, 0 to 90, left unused. The whole "
+             "target is discarded first (BLKDISCARD on a block device, punched holes in a file), "
+             "then the test, its fill included, touches only the first (100 - PERCENT) %, in "
+             "whole MiB, for example --op 25 (seed 003's second run). Runs are named opPERCENT-RUN.",
+        metavar="PERCENT", show_default=False)] = None,
     json_out: Annotated[bool, typer.Option(
         "--json",
         help="Print results.json instead of a table.")] = False,
@@ -182,7 +190,7 @@ def bench(
 
     Example: replay bench mix /dev/sdc -o mix-sdc --scale 0.01
     """
-    from replay.bench.options import BenchOptions, parse_split
+    from replay.bench.options import BenchOptions, check_op, parse_split
     from replay.bench.presets import PRESETS, describe_preset, preset_options
     from replay.bench.scores import format_results
     from replay.bench.session import run_bench
@@ -218,7 +226,8 @@ def bench(
             read_shares=tuple(_percent(x) for x in read_shares.split(",")) if read_shares else None,
             data=tuple(x.strip() for x in data.split(",")), read_share=read_share / 100,
             precondition_s=precondition, point_s=point,
-            qd_scaling=tuple(_whole(x, "--qd-scaling") for x in qd_scaling.split(",")) if qd_scaling else ())
+            qd_scaling=tuple(_whole(x, "--qd-scaling") for x in qd_scaling.split(",")) if qd_scaling else (),
+            op=(check_op(op),) if op is not None else (0,))
         preset = None
         if test in PRESETS:
             given = [name for name in _FIELDS

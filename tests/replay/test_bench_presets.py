@@ -112,6 +112,9 @@ def test_a_preset_with_an_option_records_it_as_an_override(tmp_path):
     (["steady", "--qd-scaling", "1,x"], "--qd-scaling takes whole numbers"),
     (["mix", "--read-shares", "70,120"], "'120' is not a read share"),
     (["act", "--act-latency", "device"], "--act-latency must be intended"),
+    (["steady", "--op", "95"], "--op takes a whole percent of the target to leave unused, from 0 to 90"),
+    (["seed003-steady", "--op", "-5"], "--op takes a whole percent"),
+    (["steady", "--op", "12.5"], "--op takes a whole percent"),
 ])
 def test_bad_preset_and_option_input_is_one_line(tmp_path, args, message):
     done = bench(*args, "--engine", "null", "--span", "16M", "-o", tmp_path / "out")
