@@ -71,10 +71,13 @@ PRESETS = {p.name: p for p in (
            "rounds: QD 1, 2, 4, 8, 16, 32, 3 min a point, 1-minute rounds"),
     Preset("seed003-steady", "steady", SEED_003, "AnandTech, Maxiotek MK8115 (2017): performance consistency",
            "whole-target fill, then an hour of 4 KiB random writes at QD32 scored on the last "
-           "400 s (average IOPS, average / stddev)",
+           "400 s (average IOPS, average / stddev); then the same at 25 % over-provisioning "
+           "(\"25% Over-Provisioning\")",
            {"read_share": 0.0, "duration_s": STEADY_S, "window_s": float(scoring.CONSISTENCY_WINDOW_S),
-            "round_s": ROUND_S, "span": "target"},
-           "the steady-state rounds: 1 minute"),
+            "round_s": ROUND_S, "span": "target", "op": (0, 25)},
+           "the steady-state rounds and how the drive was over-provisioned: 1 minute; the whole "
+           "target discarded (as a secure erase would leave it), then fill and test confined to "
+           "its first 75 %"),
     Preset("seed004-iometer", "mix", SEED_004, "AnandTech, OCZ Vertex 3 (2011): Iometer 4 KiB random",
            "over an 8 GiB span, 3 min each: random writes at QD3 with fully random then "
            "pseudo-random data, the same at QD32, then random reads at QD3; average MB/s",
@@ -137,6 +140,10 @@ def describe_preset(preset: Preset) -> list[str]:
                    "act_prep first", "latency from the due time (queue-era ACT)"]
     if o.duration_s:
         params.append(f"duration {o.duration_s:g} s" + (" a point" if test in ("mix", "seqmix") else ""))
+    if o.op != (0,):
+        params.append("passes: " + ", ".join(
+            f"{p} % over-provisioning (the whole target discarded, then confined to its first "
+            f"{100 - p} %)" if p else "the default capacity" for p in o.op))
     lines.append("  " + "; ".join(params))
     if preset.unstated:
         lines.append(f"  not stated in the seed: {preset.unstated}")

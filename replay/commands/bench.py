@@ -20,7 +20,8 @@ PRESET_HELP = (
     "search), seed001-mix (seed 001's QD3 sweep over 16 GiB of a filled drive), "
     "seed001-seqmix (seed 001's 128 KiB sequential sweep), seed002-steady (seed 002's 2 h + "
     "6 h 70/30 steady state, QD scaling and sweep), seed003-steady (seed 003's hour of random "
-    "writes), seed004-iometer (seed 004's 4 KiB random QD3/QD32, random and pseudo-random data)")
+    "writes, then again at 25 % over-provisioning), seed004-iometer (seed 004's 4 KiB random "
+    "QD3/QD32, random and pseudo-random data)")
 # BenchOptions fields per CLI parameter, for telling a preset which options were given.
 _FIELDS = {"duration": "duration_s", "span": "span", "window": "window_s", "round_": "round_s",
            "max_rounds": "max_rounds", "multiple": "multiple", "search": "search",

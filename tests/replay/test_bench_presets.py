@@ -307,11 +307,20 @@ def test_seed003_steady_is_an_hour_of_random_writes_scored_on_400_s(loop_device,
     scale = 3 / 3600
     results = run_bench(*preset_options("seed003-steady", scale)[:1], device, out,
                         preset_options("seed003-steady", scale)[1])
-    assert [r["name"] for r in results["runs"]] == ["fill", "steady"]
+    # The default capacity, then the review's second run at 25 % over-provisioning.
+    assert [r["name"] for r in results["runs"]] == ["fill", "steady", "op25-discard",
+                                                    "op25-fill", "op25-steady"]
     assert_fill_covers(out / "fill.parquet", 32 * MIB)
-    assert read_share(out / "steady.parquet") == 0.0
+    assert_fill_covers(out / "op25-fill.parquet", 24 * MIB)
+    for run in ("steady", "op25-steady"):
+        assert read_share(out / f"{run}.parquet") == 0.0
+    c = columns(out / "op25-steady.parquet")
+    assert (c["offset"] + c["length"]).max() <= 24 * MIB
     assert results["runs"][1]["parameters"]["time_limit_s"] == 3
+    assert results["runs"][4]["parameters"]["time_limit_s"] == 3
     assert results["scores"]["window_s"] == 1  # 400 s scaled, in whole seconds
+    assert results["scores"]["op25"]["window_s"] == 1 and results["scores"]["op25"]["steady_iops"] > 0
+    assert [p["op"] for p in results["op"]] == [0, 25]
 
 
 def test_steady_checks_steady_state_over_every_round():
