@@ -238,12 +238,15 @@ FAILURES = {
     "import-disksim-bad-flags.trace": (["--format", "disksim", "--time-unit", "ms"], "line 2: flags 'zz' is not a hexadecimal"),
     "import-disksim-no-time-unit.trace": ([], "give --time-unit ms for DiskSim, ns for MQSim"),
     "import-blkreplay-bad-op.load": ([], "line 4: unknown operation 'X'"),
+    # hfplayer reads "4k" as 4096 blocks; the import refuses it, naming the line.
+    "import-netapp-multiplier-suffix.csv": ([], "line 3: field 11 is '4k', expected an integer"),
     "import-blkreplay-header-only.load": (["--format", "blkreplay"], "no request lines"),
     # Two glitched records are no lone outlier: the backstop on the I/Os refuses the gap.
     "import-umass-two-glitched-records.spc": (["--format", "umass"], "I/O 3 comes 115.7 days after the one before it"),
     **{f"import-{fmt}-empty.{ext}": (["--format", fmt] + (["--time-unit", "ms"] if fmt == "disksim" else []), EMPTY)
        for fmt, ext in [("msr", "csv"), ("fiu", "txt"), ("alibaba", "csv"), ("umass", "spc"), ("blkparse", "txt"),
-                        ("tencent", "csv"), ("disksim", "trace"), ("blkreplay", "load"), ("fio", "iolog"), ("csv", "csv")]},
+                        ("tencent", "csv"), ("disksim", "trace"), ("blkreplay", "load"), ("fio", "iolog"), ("csv", "csv"),
+                        ("netapp", "csv")]},
 }
 # Refusals about the whole file (or an option), where no line is at fault.
 WHOLE_FILE = ("no Q events", "no D events", "give --time-unit", "no request lines", EMPTY, "I/O 3 comes")

@@ -125,6 +125,19 @@ def test_a_file_of_only_skipped_ops_has_nothing_to_import(tmp_path):
         import_trace([path], tmp_path / "out.parquet", "netapp")
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(garbage=st.lists(st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=["Cs"]), max_size=60),
+                        min_size=1, max_size=5))
+def test_garbage_after_the_header_is_an_error_naming_a_line(tmp_path_factory, garbage):
+    tmp = tmp_path_factory.mktemp("garbage")
+    path = write(tmp / "g.csv", [row(50, 6, 0, 2, 2, 200), *garbage])
+    try:
+        import_trace([path], tmp / "out.parquet", "netapp")
+    except TraceFormatError as e:
+        assert f"{path}: line " in str(e) and len(str(e).splitlines()) == 1
+        assert not (tmp / "out.parquet").exists()
+
+
 RECORDS = st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 2**40), st.integers(1, 2**16),
                              st.sampled_from([0, 1, 2]), st.integers(0, 10**7), st.integers(0, 2**32 - 1)),
                    min_size=1, max_size=40)
