@@ -556,6 +556,9 @@ def test_classify_and_op_kernels_agree_with_numpy(records, io_code):
     kind[(code == blktrace.ACT_COMPLETE) & has_data & plain] = 2
     if io_code == blktrace.ACT_ISSUE:
         kind[(code == blktrace.ACT_QUEUE) & plain] = 3
+    else:  # with --event queue, back (M, 2) and front (F, 3) merges of a queued bio
+        kind[(code == 2) & (nbytes != 0) & plain] = 4
+        kind[(code == 3) & (nbytes != 0) & plain] = 5
     kind[(code == io_code) & has_data & plain] = 1
     kind[(code == io_code) & ~has_data & plain] = 0
     assert np.array_equal(blktrace._classify(action, nbytes, io_code, io_code == blktrace.ACT_ISSUE), kind)
