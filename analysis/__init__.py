@@ -5,4 +5,4 @@ The package's modules are the API; importing the package imports none of them.
 """
 
 __all__ = ["analyse", "catalog", "causal", "causal_kernel", "characterise", "compare", "fidelity", "histogram",
-           "plots", "report", "results", "scoring", "suite", "summary", "timeseries", "verdict"]
+           "plots", "power", "report", "results", "scoring", "suite", "summary", "timeseries", "verdict"]
