@@ -305,6 +305,18 @@ img{max-width:100%;border:1px solid #ddd}pre{background:#f6f6f6;padding:1em;over
 """
 
 
+def _steady_passes(it) -> list:
+    """(label, scores) per pass of a steady results set: one, or with `replay bench --op`
+    passes each under its own label, as seed 003's page draws Default and 25% Over-Provisioning
+    side by side (the first pass's scores are the set's, a later one's under scores["opP"])."""
+    sc = it.loaded.scores
+    passes = it.loaded.metadata.get("op") or []
+    if len(passes) < 2 and not any(p.get("op") for p in passes):
+        return [(it.tag, sc)]
+    return [(f"{it.tag}, " + (f"{p['op']} % over-provisioning" if p["op"] else "default capacity"),
+             sc if p.get("scores") is None else sc.get(p["scores"]) or {}) for p in passes]
+
+
 def _bench_figures(sets) -> list:
     """The reviews' own pictures of bench results sets: MB/s sweeps with the average of the
     six mixes (mix, seqmix, steady's QD32 sweep), the zoom on steady's scored window and its
@@ -316,11 +328,12 @@ def _bench_figures(sets) -> list:
             mb[it.tag] = sc["table"]
         if test == "seqmix" and sc.get("table"):
             seq[it.tag] = sc["table"]
-        if test == "steady" and sc.get("iops_series") and sc.get("window_s"):
-            y = np.array(sc["iops_series"], dtype=float)
-            window[it.tag] = (np.arange(len(y), dtype=float), y, float(sc["window_s"]))
-        if test == "steady" and sc.get("qd_scaling"):
-            scaling[it.tag] = sc["qd_scaling"]
+        for label, ps in _steady_passes(it) if test == "steady" else ():
+            if ps.get("iops_series") and ps.get("window_s"):
+                y = np.array(ps["iops_series"], dtype=float)
+                window[label] = (np.arange(len(y), dtype=float), y, float(ps["window_s"]))
+            if ps.get("qd_scaling"):
+                scaling[label] = ps["qd_scaling"]
     if mb:
         figures.append(("mix_sweep_mb", "Random mixes in MB/s, as the reviews draw them, with the "
                         "average of the six mixes (seed 001's bar).", plots.sweep_mb(mb, "4 KiB random mixes: MB/s")))
@@ -424,19 +437,17 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
                         plots.mix_sweep(mix)))
     rounds, series = {}, {}
     for it in sets:
-        if it.loaded.test != "steady":
-            continue
-        sc = it.loaded.scores
-        rr = (sc.get("steady_state") or {}).get("rounds") or []
-        # Each round's own average (its value), not the 5-round window's rolling average.
-        values = sc.get("round_iops") or [r.get("iops", r.get("value")) if isinstance(r, dict) else r
-                                          for r in rr]
-        values = [v for v in values if isinstance(v, (int, float))]
-        if values:
-            rounds[it.tag] = np.array(values, dtype=float)
-        if sc.get("iops_series"):
-            y = np.array(sc["iops_series"], dtype=float)
-            series[it.tag] = (np.arange(len(y), dtype=float), y)
+        for label, sc in _steady_passes(it) if it.loaded.test == "steady" else ():
+            rr = (sc.get("steady_state") or {}).get("rounds") or []
+            # Each round's own average (its value), not the 5-round window's rolling average.
+            values = sc.get("round_iops") or [r.get("iops", r.get("value")) if isinstance(r, dict)
+                                              else r for r in rr]
+            values = [v for v in values if isinstance(v, (int, float))]
+            if values:
+                rounds[label] = np.array(values, dtype=float)
+            if sc.get("iops_series"):
+                y = np.array(sc["iops_series"], dtype=float)
+                series[label] = (np.arange(len(y), dtype=float), y)
     if rounds:
         figures.append(("steady_rounds", "Steady-state rounds: average IOPS of each round.", plots.steady_rounds(rounds)))
     if series:

@@ -100,3 +100,30 @@ def test_a_preset_op_given_on_the_command_line_is_an_override(tmp_path):
     assert results["preset"]["overrides"] == ["op", "span"]
     assert [p["op"] for p in results["op"]] == [25]  # the 25 % run alone
     assert [r["name"] for r in results["runs"]] == ["op25-discard", "op25-fill", "op25-steady"]
+
+
+def test_the_report_draws_each_pass_as_seed_003_does_default_and_over_provisioned(tmp_path, monkeypatch):
+    from analysis import plots, report
+
+    out = tmp_path / "s"
+    results = run_bench("steady", None, out, BenchOptions(engine="null", span=16 * MIB, op=(0, 25),
+                                                          duration_s=3, window_s=1, round_s=1))
+    drawn = {}
+    for name in ("steady_rounds", "over_time", "scored_window"):
+        original = getattr(plots, name)
+
+        def spy(data, *args, _name=name, _original=original, **kwargs):
+            drawn[_name] = data
+            return _original(data, *args, **kwargs)
+
+        monkeypatch.setattr(plots, name, spy)
+    report.build_report([out], tmp_path / "r.html", labels=["t"])
+    labels = ["t: steady, default capacity", "t: steady, 25 % over-provisioning"]
+    assert set(drawn) == {"steady_rounds", "over_time", "scored_window"}
+    for name in drawn:
+        assert list(drawn[name]) == labels, name
+    for label, scores in zip(labels, (results["scores"], results["scores"]["op25"])):
+        assert list(drawn["steady_rounds"][label]) == scores["round_iops"]
+        assert list(drawn["over_time"][label][1]) == scores["iops_series"]
+        assert drawn["scored_window"][label][2] == scores["window_s"]
+    assert results["scores"]["iops_series"] != results["scores"]["op25"]["iops_series"]
