@@ -96,6 +96,12 @@ class BenchOptions:
     # 25). A pass at P > 0 discards the whole target, then keeps every I/O, its fill's
     # included, in the first (100 - P) % (whole MiB); its runs are named opP-RUN.
     op: tuple = (0,)
+    # A power meter's log, read after the runs (a meter may write it as they run) and aligned
+    # to each by wall-clock time: analysis.power.read_log's path, columns, time unit and start.
+    power_log: str | None = None
+    power_columns: tuple | None = None  # (time, watts) column names; default Quarch's
+    power_time_unit: str | None = None  # s, ms, us, ns; default the header's, else s
+    power_start: float | None = None  # Unix seconds of the log's time 0; default: times are Unix
 
     def scaled(self, seconds: float, whole: bool = False) -> float:
         """`seconds` at this scale; whole seconds (at least 1) for per-second scoring."""

@@ -120,7 +120,26 @@ def format_results(results: dict) -> str:
             lines.append(_op_line(p))
         s = results["scores"] if p["scores"] is None else results["scores"].get(p["scores"], {})
         lines += _score_lines(results["test"], s)
+    if results.get("power"):
+        lines += _power_lines(results)
     return "\n".join(lines)
+
+
+def _power_lines(results: dict) -> list[str]:
+    """Each run's average power and efficiency (--power-log); a run the log does not cover
+    says so."""
+    lines = [f"power from {results['power']['log']}:",
+             f"{'run':<26}{'W':>8}{'MB/s/W':>10}{'IOPS/W':>10}{'covered':>9}"]
+    for run in results["runs"]:
+        p = run.get("power")
+        if p is None:
+            lines.append(f"{run['name']:<26}{'not in the log':>22}")
+            continue
+        mb, io = p["mb_per_s_per_w"], p["iops_per_w"]
+        lines.append(f"{run['name']:<26}{p['average_w']:>8.2f}"
+                     f"{'-' if mb is None else f'{mb:,.1f}':>10}{'-' if io is None else f'{io:,.0f}':>10}"
+                     f"{percent(p['covered_share']):>7} %")
+    return lines
 
 
 def _op_line(p: dict) -> str:

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from analysis import scoring
+from analysis import power, scoring
 from replay.bench import TESTS, procedures
 from replay.bench.options import (DATA_PATTERN, FILL_BLOCK, FORMAT, KIB, MIB, MIX_SPAN,
                                   VERSION, BenchError, BenchOptions, check_op, op_prefix)
@@ -114,6 +114,12 @@ class Bench:
         for size in o.block_sizes or ():
             if size <= 0 or size % 512:
                 raise BenchError(f"--block-sizes takes positive multiples of 512 bytes, not {size}")
+        if o.power_time_unit not in (None, *power.TIME_UNITS):
+            raise BenchError(f"--power-time-unit must be one of {', '.join(power.TIME_UNITS)}, "
+                             f"not {o.power_time_unit!r}")
+        if o.power_columns is not None and (len(o.power_columns) != 2 or not all(o.power_columns)):
+            raise BenchError(f"--power-columns takes two column names, TIME,WATTS, not "
+                             f"{','.join(o.power_columns)!r}")
         self.limits = {op: self._limit(op) for op in o.op}
         self.spans = {op: self._span(test, op, default_span) for op in o.op}
         if self.target.kind == "block":
@@ -126,6 +132,7 @@ class Bench:
         self.op = o.op[0]
         self.span, self.limit = self.spans[self.op], self.limits[self.op]
         self.started = datetime.now(timezone.utc).isoformat()
+        self.power = None  # the power log's summary, once read (--power-log)
         self.preset = None  # set by run_bench for a seed preset: its name, seed and overrides
 
     def _limit(self, op: int) -> int:
@@ -171,7 +178,32 @@ class Bench:
                 procedures.PROCEDURES[self.test](self)
         except (Stopped, KeyboardInterrupt):
             interrupted = True
+        results = self._save(interrupted, finished=True)
+        if self.options.power_log is None:
+            return results
+        try:
+            self._measure_power()
+        except power.PowerLogError as e:
+            raise BenchError(f"{e}; the runs' results are kept, without power, in "
+                             f"{self.out_dir / 'results.json'}") from None
         return self._save(interrupted, finished=True)
+
+    def _measure_power(self) -> None:
+        """Each run's average power and efficiency from --power-log, aligned by wall-clock time:
+        a run spans its results file's start time plus its duration (first I/O to last
+        completion; the start is taken some 20 ms before the first I/O is due)."""
+        o = self.options
+        log = power.read_log(o.power_log, o.power_columns, o.power_time_unit, o.power_start)
+        spans = []
+        for run in self.runs:
+            s = run["summary"]
+            start, duration = power.parse_when(run["started"]), s["duration_ns"] / 1e9
+            spans.append((start, start + duration))
+            run["power"] = power.run_power(log, start, duration, s["mb_per_s"], s["iops"])
+        if not any(run["power"] for run in self.runs):
+            raise power.no_overlap(log, min(a for a, _ in spans), max(b for _, b in spans))
+        self.power = {"log": str(o.power_log), "log_start": log.start_s, "log_end": log.end_s,
+                      "samples": len(log.t_s)}
 
     def _begin_pass(self, i: int, op: int) -> None:
         """Start the test's pass at `op` % over-provisioning: the first pass's scores go at the
@@ -195,7 +227,7 @@ class Bench:
             "preset": self.preset,
             "options": {k: (list(v) if isinstance(v, tuple) else v)
                         for k, v in asdict(self.options).items()},
-            "runs": self.runs, "scores": self.all_scores,
+            "runs": self.runs, "scores": self.all_scores, "power": self.power,
         }
         write_index(self.out_dir, results)
         return results
@@ -226,6 +258,7 @@ class Bench:
             md = open_trace(self.out_dir / file).metadata  # closed by the runner, rows kept
             self.runs.append({"name": name, "file": file, "role": role, "parameters": parameters,
                               "interrupted": False, "gave_up": str(e),
+                              "started": md["run"]["started"],
                               "summary": md["summary"]["tracereplay"]})
             self._save()
             if self.on_run:
@@ -234,6 +267,8 @@ class Bench:
         entry = {
             "name": name, "file": file, "role": role, "parameters": parameters,
             "interrupted": outcome.interrupted,
+            # The wall-clock start, which --power-log aligns the meter's samples to.
+            "started": open_trace(self.out_dir / file).metadata["run"]["started"],
             "summary": outcome.summary.to_dict()["tracereplay"],
         }
         self.runs.append(entry)

@@ -30,7 +30,11 @@ _FIELDS = {"duration": "duration_s", "span": "span", "window": "window_s", "roun
            "data": "data", "read_share": "read_share", "precondition": "precondition_s",
            "point": "point_s", "qd_scaling": "qd_scaling", "seed": "seed", "engine": "engine",
            "destroy_data": "destroy_data", "no_prep": "act_prep", "act_latency": "act_latency",
-           "op": "op"}
+           "op": "op", "power_log": "power_log", "power_columns": "power_columns",
+           "power_time_unit": "power_time_unit", "power_start": "power_start"}
+# Options that say how to run or measure, not what: given with a preset, not its overrides.
+_NOT_OVERRIDES = ("engine", "destroy_data", "seed", "power_log", "power_columns",
+                  "power_time_unit", "power_start")
 
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -181,6 +185,29 @@ def bench(
              "then the test, its fill included, touches only the first (100 - PERCENT) %, in "
              "whole MiB, for example --op 25 (seed 003's second run). Runs are named opPERCENT-RUN.",
         metavar="PERCENT", show_default=False)] = None,
+    power_log: Annotated[Optional[Path], typer.Option(
+        "--power-log",
+        help="A power meter's log, a CSV of timestamps and watts (a Quarch module's stream or "
+             "Power Studio export as is: \"Time us\" and \"Tot uW\"), read after the runs and "
+             "aligned to each by wall-clock time: results.json and the table get each run's "
+             "average power, MB/s/W and IOPS/W. A log that overlaps no run is refused.",
+        metavar="FILE", show_default=False)] = None,
+    power_columns: Annotated[Optional[str], typer.Option(
+        "--power-columns",
+        help="The power log's time and watts columns by header name, for other meters, for "
+             "example --power-columns timestamp,watts (units from a header's last word: s, ms, "
+             "us, ns; W, mW, uW; default s and W).",
+        metavar="TIME,WATTS", show_default=False)] = None,
+    power_time_unit: Annotated[Optional[str], typer.Option(
+        "--power-time-unit",
+        help="The power log's time unit (s, ms, us or ns) where its header does not name it.",
+        show_default=False)] = None,
+    power_start: Annotated[Optional[str], typer.Option(
+        "--power-start",
+        help="When the power log's time 0 was, as Unix seconds or ISO 8601 (local time without a "
+             "zone), for logs whose times count from the recording's start, as Quarch's do; "
+             "without it times are Unix time or ISO 8601 instants.",
+        metavar="WHEN", show_default=False)] = None,
     json_out: Annotated[bool, typer.Option(
         "--json",
         help="Print results.json instead of a table.")] = False,
@@ -191,6 +218,7 @@ def bench(
 
     Example: replay bench mix /dev/sdc -o mix-sdc --scale 0.01
     """
+    from analysis.power import parse_when
     from replay.bench.options import BenchOptions, check_op, parse_split
     from replay.bench.presets import PRESETS, describe_preset, preset_options
     from replay.bench.scores import format_results
@@ -228,7 +256,11 @@ def bench(
             data=tuple(x.strip() for x in data.split(",")), read_share=read_share / 100,
             precondition_s=precondition, point_s=point,
             qd_scaling=tuple(_whole(x, "--qd-scaling") for x in qd_scaling.split(",")) if qd_scaling else (),
-            op=(check_op(op),) if op is not None else (0,))
+            op=(check_op(op),) if op is not None else (0,),
+            power_log=str(power_log) if power_log else None,
+            power_columns=tuple(c.strip() for c in power_columns.split(",")) if power_columns else None,
+            power_time_unit=power_time_unit,
+            power_start=parse_when(power_start) if power_start else None)
         preset = None
         if test in PRESETS:
             given = [name for name in _FIELDS
@@ -238,7 +270,7 @@ def bench(
             p = PRESETS[ctx.params["test"]]
             preset = {"name": p.name, "seed": p.seed, "review": p.review,
                       "overrides": sorted(k for k in overrides
-                                          if k not in ("engine", "destroy_data", "seed"))}
+                                          if k not in _NOT_OVERRIDES)}
         with signals.StopSignals():  # SIGTERM, SIGHUP end the suite as Ctrl-C does
             results = run_bench(test, target, output, options, on_run=on_run, notices=notices,
                                 preset=preset)
