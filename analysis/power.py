@@ -74,6 +74,16 @@ def parse_when(text: str) -> float:
                             "example 2026-11-25T15:20:00+00:00") from None
 
 
+def check_layout(columns: tuple | None, time_unit: str | None) -> None:
+    """Refuse, before any run, a column mapping or time unit read_log could not use."""
+    if time_unit not in (None, *TIME_UNITS):
+        raise PowerLogError(f"--power-time-unit must be one of {', '.join(TIME_UNITS)}, not "
+                            f"{time_unit!r}")
+    if columns is not None and (len(columns) != 2 or not all(columns)):
+        raise PowerLogError(f"--power-columns takes two column names, TIME,WATTS, not "
+                            f"{','.join(columns)!r}")
+
+
 def read_log(path, columns: tuple[str, str] | None = None, time_unit: str | None = None,
              start: float | None = None) -> PowerLog:
     """Read a power log. `columns` (time, watts) default to Quarch's; the time column's unit
@@ -81,10 +91,8 @@ def read_log(path, columns: tuple[str, str] | None = None, time_unit: str | None
     one its header names (W, mW, uW), else W. Times are Unix seconds, or ISO 8601 instants,
     unless `start` (Unix seconds) is given: then they count from that instant, as Quarch's do
     from the start of the recording."""
+    check_layout(columns, time_unit)
     time_name, watts_name = columns or QUARCH_COLUMNS
-    if time_unit is not None and time_unit not in TIME_UNITS:
-        raise PowerLogError(f"the power log's time unit must be one of {', '.join(TIME_UNITS)}, "
-                            f"not {time_unit!r}")
     try:
         with open(path, newline="") as f:
             rows = [r for r in csv.reader(f) if any(cell.strip() for cell in r)]
@@ -151,6 +159,13 @@ def run_power(log: PowerLog, start_s: float, duration_s: float, mb_per_s: float,
     return {"average_w": watts, "covered_share": covered / (end_s - start_s),
             "mb_per_s_per_w": mb_per_s / watts if efficient else None,
             "iops_per_w": iops / watts if efficient else None}
+
+
+def measure(log: PowerLog, started: str, summary: dict) -> dict | None:
+    """run_power of a replayed run: its results' wall-clock start (ISO 8601, the "started" of
+    their `run` metadata) and its summary's "tracereplay" section."""
+    return run_power(log, parse_when(started), summary["duration_ns"] / 1e9,
+                     summary["mb_per_s"], summary["iops"])
 
 
 def no_overlap(log: PowerLog, first_s: float, last_s: float) -> PowerLogError:

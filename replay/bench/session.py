@@ -114,12 +114,7 @@ class Bench:
         for size in o.block_sizes or ():
             if size <= 0 or size % 512:
                 raise BenchError(f"--block-sizes takes positive multiples of 512 bytes, not {size}")
-        if o.power_time_unit not in (None, *power.TIME_UNITS):
-            raise BenchError(f"--power-time-unit must be one of {', '.join(power.TIME_UNITS)}, "
-                             f"not {o.power_time_unit!r}")
-        if o.power_columns is not None and (len(o.power_columns) != 2 or not all(o.power_columns)):
-            raise BenchError(f"--power-columns takes two column names, TIME,WATTS, not "
-                             f"{','.join(o.power_columns)!r}")
+        power.check_layout(o.power_columns, o.power_time_unit)
         self.limits = {op: self._limit(op) for op in o.op}
         self.spans = {op: self._span(test, op, default_span) for op in o.op}
         if self.target.kind == "block":
@@ -194,14 +189,13 @@ class Bench:
         completion; the start is taken some 20 ms before the first I/O is due)."""
         o = self.options
         log = power.read_log(o.power_log, o.power_columns, o.power_time_unit, o.power_start)
-        spans = []
         for run in self.runs:
-            s = run["summary"]
-            start, duration = power.parse_when(run["started"]), s["duration_ns"] / 1e9
-            spans.append((start, start + duration))
-            run["power"] = power.run_power(log, start, duration, s["mb_per_s"], s["iops"])
+            run["power"] = power.measure(log, run["started"], run["summary"])
         if not any(run["power"] for run in self.runs):
-            raise power.no_overlap(log, min(a for a, _ in spans), max(b for _, b in spans))
+            starts = [power.parse_when(run["started"]) for run in self.runs]
+            last = self.runs[-1]
+            raise power.no_overlap(log, min(starts),
+                                   max(starts) + last["summary"]["duration_ns"] / 1e9)
         self.power = {"log": str(o.power_log), "log_start": log.start_s, "log_end": log.end_s,
                       "samples": len(log.t_s)}
 

@@ -2,15 +2,54 @@
 import contextlib
 import json
 import sys
-from typing import NoReturn
+from pathlib import Path
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
 from replay import signals
 from traces.errors import ReplayError
 
-__all__ = ["Notes", "Progress", "emit", "fail", "refusing", "bench", "capture", "cluster", "compare",
+__all__ = ["Notes", "Progress", "PowerColumns", "PowerLog", "PowerStart", "PowerTimeUnit", "emit",
+           "fail", "power_layout", "refusing", "bench", "capture", "cluster", "compare",
            "convert", "library", "recover", "report", "run", "suite", "verdict"]
+
+
+# --power-log and its companions, the same on `replay run` and `replay bench`.
+PowerLog = Annotated[Optional[Path], typer.Option(
+    "--power-log",
+    help="A power meter's log, a CSV of timestamps and watts (a Quarch module's stream or Power "
+         "Studio export as is: \"Time us\" and \"Tot uW\"), read after the runs and aligned to "
+         "each by wall-clock time: the results get each run's average power, MB/s/W and IOPS/W. "
+         "A log that overlaps no run is refused.",
+    metavar="FILE", show_default=False)]
+PowerColumns = Annotated[Optional[str], typer.Option(
+    "--power-columns",
+    help="The power log's time and watts columns by header name, for other meters, for example "
+         "--power-columns stamp,watts (units from a header's last word: s, ms, us, ns; W, mW, "
+         "uW; default s and W).",
+    metavar="TIME,WATTS", show_default=False)]
+PowerTimeUnit = Annotated[Optional[str], typer.Option(
+    "--power-time-unit",
+    help="The power log's time unit (s, ms, us or ns) where its header does not name it.",
+    show_default=False)]
+PowerStart = Annotated[Optional[str], typer.Option(
+    "--power-start",
+    help="When the power log's time 0 was, as Unix seconds or ISO 8601 (local time without a "
+         "zone), for logs whose times count from the recording's start, as Quarch's do; without "
+         "it times are Unix time or ISO 8601 instants.",
+    metavar="WHEN", show_default=False)]
+
+
+def power_layout(columns: str | None, time_unit: str | None, start: str | None) -> dict:
+    """--power-columns, --power-time-unit and --power-start as analysis.power.read_log's
+    columns, time_unit and start, checked; ReplayError names the option that is wrong."""
+    from analysis import power
+
+    parsed = tuple(c.strip() for c in columns.split(",")) if columns else None
+    power.check_layout(parsed, time_unit)
+    return {"columns": parsed, "time_unit": time_unit,
+            "start": power.parse_when(start) if start else None}
 
 
 def fail(error) -> NoReturn:

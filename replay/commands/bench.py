@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from replay import signals
-from replay.commands import fail
+from replay.commands import (PowerColumns, PowerLog, PowerStart, PowerTimeUnit, fail,
+                             power_layout)
 from replay.bench import TESTS
 from replay.commands.run import Engine
 from traces.errors import ReplayError
@@ -185,29 +186,10 @@ def bench(
              "then the test, its fill included, touches only the first (100 - PERCENT) %, in "
              "whole MiB, for example --op 25 (seed 003's second run). Runs are named opPERCENT-RUN.",
         metavar="PERCENT", show_default=False)] = None,
-    power_log: Annotated[Optional[Path], typer.Option(
-        "--power-log",
-        help="A power meter's log, a CSV of timestamps and watts (a Quarch module's stream or "
-             "Power Studio export as is: \"Time us\" and \"Tot uW\"), read after the runs and "
-             "aligned to each by wall-clock time: results.json and the table get each run's "
-             "average power, MB/s/W and IOPS/W. A log that overlaps no run is refused.",
-        metavar="FILE", show_default=False)] = None,
-    power_columns: Annotated[Optional[str], typer.Option(
-        "--power-columns",
-        help="The power log's time and watts columns by header name, for other meters, for "
-             "example --power-columns timestamp,watts (units from a header's last word: s, ms, "
-             "us, ns; W, mW, uW; default s and W).",
-        metavar="TIME,WATTS", show_default=False)] = None,
-    power_time_unit: Annotated[Optional[str], typer.Option(
-        "--power-time-unit",
-        help="The power log's time unit (s, ms, us or ns) where its header does not name it.",
-        show_default=False)] = None,
-    power_start: Annotated[Optional[str], typer.Option(
-        "--power-start",
-        help="When the power log's time 0 was, as Unix seconds or ISO 8601 (local time without a "
-             "zone), for logs whose times count from the recording's start, as Quarch's do; "
-             "without it times are Unix time or ISO 8601 instants.",
-        metavar="WHEN", show_default=False)] = None,
+    power_log: PowerLog = None,
+    power_columns: PowerColumns = None,
+    power_time_unit: PowerTimeUnit = None,
+    power_start: PowerStart = None,
     json_out: Annotated[bool, typer.Option(
         "--json",
         help="Print results.json instead of a table.")] = False,
@@ -218,7 +200,6 @@ def bench(
 
     Example: replay bench mix /dev/sdc -o mix-sdc --scale 0.01
     """
-    from analysis.power import parse_when
     from replay.bench.options import BenchOptions, check_op, parse_split
     from replay.bench.presets import PRESETS, describe_preset, preset_options
     from replay.bench.scores import format_results
@@ -258,9 +239,8 @@ def bench(
             qd_scaling=tuple(_whole(x, "--qd-scaling") for x in qd_scaling.split(",")) if qd_scaling else (),
             op=(check_op(op),) if op is not None else (0,),
             power_log=str(power_log) if power_log else None,
-            power_columns=tuple(c.strip() for c in power_columns.split(",")) if power_columns else None,
-            power_time_unit=power_time_unit,
-            power_start=parse_when(power_start) if power_start else None)
+            **{f"power_{k}": v for k, v in
+               power_layout(power_columns, power_time_unit, power_start).items()})
         preset = None
         if test in PRESETS:
             given = [name for name in _FIELDS

@@ -10,7 +10,8 @@ import typer
 
 from analysis import causal
 from replay import signals
-from replay.commands import Notes, Progress, fail, refusing
+from replay.commands import (Notes, PowerColumns, PowerLog, PowerStart, PowerTimeUnit, Progress,
+                             fail, power_layout, refusing)
 from replay.options import Engine, Timing
 from replay.remap import MODES as REMAP_MODES
 from traces.errors import ReplayError
@@ -113,6 +114,10 @@ def run(
     json_out: Annotated[bool, typer.Option(
         "--json",
         help="Print the summary as JSON, with fio's key names, instead of a table.")] = False,
+    power_log: PowerLog = None,
+    power_columns: PowerColumns = None,
+    power_time_unit: PowerTimeUnit = None,
+    power_start: PowerStart = None,
     plan: Annotated[Optional[Path], typer.Option(
         "--plan",
         help="Replay on several hosts of a Ray cluster (needs --cluster): a TOML or JSON file "
@@ -138,7 +143,13 @@ def run(
                          read_only=read_only, dry_run=dry_run, data=data, destroy_data=destroy_data,
                          force=force,
                          think_scale=think_scale, heuristic=heuristic.value, calibrate=calibrate)
+    try:
+        layout = power_layout(power_columns, power_time_unit, power_start)
+    except ReplayError as e:
+        fail(e)
     if plan is not None or cluster is not None:
+        if power_log is not None:
+            fail(ReplayError("--power-log measures a run on this host; give it without --plan"))
         from replay.commands.cluster import run_on_cluster
 
         return run_on_cluster(trace, target, options, plan, cluster, output, json_out)
@@ -150,13 +161,20 @@ def run(
     if dry_run:
         typer.echo(f"dry run: the trace and {outcome.target.path} check out; nothing was issued")
         return
+    report = outcome.summary.to_dict()
+    watts = _power(power_log, layout, outcome, report["tracereplay"]) if power_log else None
     if json_out:
-        report = outcome.summary.to_dict()
         report["tracereplay"].update(output=str(outcome.output), interrupted=outcome.interrupted,
-                                     notices=notices)
+                                     notices=notices, **({"power": watts} if power_log else {}))
         typer.echo(json.dumps(report, indent=2))
     else:
         typer.echo(outcome.summary.format_table())
+        if watts:
+            mb, io = watts["mb_per_s_per_w"], watts["iops_per_w"]
+            typer.echo(f"power: {watts['average_w']:.2f} W average over "
+                       f"{watts['covered_share'] * 100:.0f} % of the run, "
+                       + ("no efficiency at 0 W" if mb is None else
+                          f"{mb:,.1f} MB/s/W, {io:,.0f} IOPS/W") + f" ({power_log})")
         typer.echo(f"results: {outcome.output}")
     if outcome.interrupted:
         by = signals.name(outcome.signum or signal.SIGINT)
@@ -174,3 +192,22 @@ def run(
         raise typer.Exit(signals.exit_status(outcome.signum or signal.SIGINT))
     if total.errors:
         raise typer.Exit(EXIT_IO_FAILED)
+
+
+def _power(path, layout: dict, outcome, summary: dict) -> dict:
+    """The run's power from the meter's log at `path`, aligned by the wall-clock start in its
+    results file's metadata; a log that does not overlap the run, or cannot be read, ends the
+    command as bad input, the results file kept."""
+    from analysis import power
+    from traces.trace import open_trace
+
+    started = open_trace(outcome.output).metadata["run"]["started"]
+    try:
+        log = power.read_log(path, **layout)
+        found = power.measure(log, started, summary)
+        if found is None:
+            start = power.parse_when(started)
+            raise power.no_overlap(log, start, start + summary["duration_ns"] / 1e9)
+    except ReplayError as e:
+        fail(f"{e}; the run's results are kept in {outcome.output}")
+    return found

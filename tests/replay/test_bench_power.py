@@ -1,5 +1,6 @@
-"""`replay bench --power-log`: a meter's log, written in Quarch's layout while a real (null
-engine) bench runs, aligned to each run; a log from another time refused in one sentence.
+"""`replay bench --power-log` and `replay run --power-log`: a meter's log, written in Quarch's
+layout while a real (null engine) bench or run goes, aligned to each run; a log from another
+time refused in one sentence.
 """
 import json
 import os
@@ -86,3 +87,26 @@ def test_bad_power_options_are_refused_before_any_run(tmp_path, args, says):
     r = replay_cli(*BENCH, "-o", tmp_path / "out", "--power-log", tmp_path / "none.csv", *args)
     assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_replay_run_takes_the_same_power_log(tmp_path):
+    log, out = tmp_path / "quarch.csv", tmp_path / "demo.parquet"
+    meter = Meter(log)
+    meter.start()
+    try:
+        # The demo's 10 s of trace time at 50x: 0.2 s.
+        r = replay_cli("run", "demo", "--engine", "null", "--speed", "50", "-o", out, "--json",
+                       "--power-log", log, "--power-start", repr(meter.start_s))
+    finally:
+        meter.stop()
+    assert r.returncode == 0, r.stderr
+    t = json.loads(r.stdout)["tracereplay"]
+    assert t["power"]["average_w"] == pytest.approx(7.25) and t["power"]["covered_share"] == 1.0
+    assert t["power"]["iops_per_w"] == pytest.approx(t["iops"] / 7.25)
+    # Without --json, one line; a log from an hour ago is refused, the results file kept.
+    old = tmp_path / "old.csv"
+    old.write_text("Time us,Tot uW\n0,5000000\n1000000,5000000\n")
+    r = replay_cli("run", "demo", "--engine", "null", "--speed", "50", "-o", out, "--force",
+                   "--power-log", old, "--power-start", str(time.time() - 3600))
+    assert r.returncode == 2 and "does not overlap the runs" in r.stderr
+    assert f"the run's results are kept in {out}" in r.stderr and out.exists()
