@@ -115,7 +115,7 @@ def test_oltp_like_refuses_a_tiny_span():
 
 # -- the captured traces (issue 4): made by `replay capture recipe NAME` with default knobs --
 
-CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone", "dpkg", "mariadb", "rocksdb")
+CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone", "dpkg", "mariadb", "rocksdb", "photos")
 
 
 def _characterise(name):
@@ -229,3 +229,14 @@ def test_rocksdb_trace_compacts_in_large_writes_then_reads_small_blocks():
     assert written[written >= 512 * KIB].sum() > 0.8 * written.sum()  # flushes and compactions
     reads = length[op == Op.READ]
     assert (reads <= 8 * KIB).mean() > 0.9  # readrandom's blocks
+
+
+def test_photos_trace_reads_every_photo_cold_in_large_requests():
+    columns, metadata = read_trace(library.resolve("photos"))
+    outcome, photos = metadata["recipe"]["outcome"], metadata["recipe"]["photos"]
+    assert outcome["photos"] == outcome["previews"] == photos["files"] > 10
+    op, length = columns["op"], columns["length"]
+    read = length[op == Op.READ]
+    assert read.sum() >= photos["bytes"]  # every photo came from the device, none from the cache
+    assert read[read >= 1024 * KIB].sum() > 0.9 * read.sum()  # readahead over whole JPEGs
+    assert length[op == Op.WRITE].sum() < 0.2 * read.sum()  # previews and thumbnails are small

@@ -11,7 +11,7 @@ import pytest
 
 from tests.cli_process import replay_cli, replay_process, wait_for
 from traces.capture.recipes import load
-from traces.capture.recipes.common import missing_packages
+from traces.capture.recipes.common import MIB, missing_packages
 from traces.schema import Op
 from traces.trace import read_trace
 
@@ -144,3 +144,22 @@ def test_rocksdb_quick(tmp_path, clean):
     # own background thread.
     assert cols["length"][writes].max() >= 512 * 1024
     assert "rocksdb:high" in set(cols["comm"][writes])
+
+
+def test_photos_quick(tmp_path, clean):
+    module = recipe("photos")
+    clean("photos")
+    out = tmp_path / "photos.parquet"
+    module.run(None, out, notices=[], photos=4)
+    cols, meta, outcome = captured(out)
+    photos = meta["recipe"]["photos"]
+    assert outcome["unit"] == "photos" and outcome["photos"] == outcome["previews"] == 4
+    assert (photos["width"], photos["height"]) == (6000, 4000) and photos["bytes"] > 4 * 2 * MIB
+    assert "ImageMagick" in meta["recipe"]["applications"]["imagemagick"]
+    ops, length = cols["op"], cols["length"]
+    reads, writes = ops == Op.READ, ops == Op.WRITE
+    # The import reads every photo from the device, cold, and writes far fewer bytes back:
+    # a preview and a thumbnail are a small fraction of a 24 MP JPEG.
+    assert length[reads].sum() >= photos["bytes"]
+    assert 0 < length[writes].sum() < 0.5 * length[reads].sum()
+    assert "convert-im6.q16" in set(cols["comm"][reads]) or "convert-im7.q16" in set(cols["comm"][reads])

@@ -23,6 +23,7 @@ RECIPES = {
     "dpkg": "traces.capture.recipes.dpkg",
     "mariadb": "traces.capture.recipes.mariadb",
     "rocksdb": "traces.capture.recipes.rocksdb",
+    "photos": "traces.capture.recipes.photos",
 }
 
 
