@@ -48,7 +48,8 @@ def make_photos(convert: str, folder, scratch, knobs: dict) -> dict:
     width = height * 3 // 2
     base = scratch / "plasma.mpc"  # ImageMagick's own pixel cache: read back without decoding
     sh([convert, "-size", f"{width}x{height}", "-seed", knobs["seed"], "plasma:fractal", base],
-       what="rendering the photos' plasma fractal with ImageMagick")
+       what=f"rendering the photos' plasma fractal with ImageMagick ({width}x{height}; a smaller "
+            "--megapixels fits the limits of its policy.xml)")
     folder.mkdir()
     rng = np.random.default_rng(knobs["seed"])
     total = 0
