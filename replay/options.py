@@ -2,6 +2,7 @@
 before anything is opened. Light to import: the CLI builds its choices from here.
 """
 import math
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -51,6 +52,10 @@ class RunOptions:
 
 # Bounds of the options, checked once at the front (`check_options`), each with its reason.
 # The engine's own limit on I/Os in flight, and io_uring's largest ring.
+# What writes carry (--data), the engine's patterns; digits are ASCII: int() reads "５" as 5,
+# but the engine is handed the text.
+DATA_PATTERN = re.compile(r"random|zeros|compressible:([0-9]{1,2}|100)")
+
 MAX_DEPTH = 32768
 # Each worker holds an 8 MiB pool of write data and up to 8 MiB of read buffers, its own
 # engine thread and ring: up to ~17 MB (400 workers peaked at 6.8 GB, and 10,000 were
@@ -76,8 +81,7 @@ def check_options(options: RunOptions) -> None:
     ):
         if not (isinstance(value, int) and 1 <= value <= top):
             raise ReplayError(f"{flag} must be between 1 and {top} ({why}), not {value}")
-    kind, _, pct = o.data.partition(":")
-    if not (o.data in ("random", "zeros") or (kind == "compressible" and pct.isdigit() and int(pct) <= 100)):
+    if not DATA_PATTERN.fullmatch(o.data):
         raise ReplayError(f"--data must be random, zeros or compressible:PCT with PCT a whole "
                           f"number from 0 to 100, not {o.data!r}")
     if o.remap not in remap.MODES:

@@ -11,15 +11,16 @@ import pyarrow as pa
 from replay.options import RunOptions, Timing
 from traces import library, schema
 from traces.errors import ReplayError
-from traces.schema import Op
+from traces.schema import MAX_IO_BYTES, Op
 from traces.trace import open_trace
+from traces.units import YEAR_S
 
 # A trace whose first I/O is due later than this after the start is almost certainly
 # stamped with absolute times (seconds since 1970, or since boot).
 MAX_FIRST_DUE_S = 86400
 # Causal timing: the most think time a --think-scale may stretch a trace to (a year), far
 # inside the engine's signed nanosecond clock, which 1e308 wrapped to a negative due time.
-MAX_THINK_S = 365 * 86400
+MAX_THINK_S = YEAR_S
 # A trace whose replayed columns take at most this much memory is kept from the scan, so the
 # run does not decode and validate it a second time while the engine needs the CPU.
 CACHE_BYTES = 64 << 20
@@ -184,12 +185,15 @@ def open_source(trace):
 
 
 def check_trace(source, options: RunOptions) -> None:
-    """Raise ReplayError for a trace that cannot be replayed as asked: no rows, or a first I/O
-    due more than a day after the start."""
+    """Raise ReplayError for a trace that cannot be replayed as asked: no rows, an I/O longer
+    than one system call moves, or a first I/O due more than a day after the start."""
     scan = source.scan
     if scan.rows == 0 and isinstance(source, TraceSource):  # a generator may be asked for none
         raise ReplayError(f"{source.describe(0)['path']} holds no I/Os (0 rows): there is nothing "
                           "to replay; check how the trace was made")
+    if scan.max_length > MAX_IO_BYTES:
+        raise ReplayError(f"the trace has an I/O of {scan.max_length:,} bytes; one read or write moves "
+                          f"at most {MAX_IO_BYTES:,} (2 GiB - 4 KiB) on Linux: split it into shorter I/Os")
     first = getattr(scan, "first_ts", None)
     if options.timing != Timing.afap and first is not None and first / options.speed > MAX_FIRST_DUE_S * 1e9:
         raise ReplayError(

@@ -39,6 +39,9 @@ TRACE_COLUMNS = {
     "offset": np.dtype(np.int64),  # bytes from the start of the device
     "length": np.dtype(np.int64),  # bytes; 0 only for flushes
 }
+# The most bytes Linux moves in one read or write (MAX_RW_COUNT: 2 GiB - 4 KiB); the engine's
+# buffers stop there too (engine/src/data.rs MAX_DATA_LENGTH).
+MAX_IO_BYTES = 0x7FFF_F000
 LENGTH_DTYPES = (np.dtype(np.int64), np.dtype(np.uint32))
 
 # Optional trace columns.

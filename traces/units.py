@@ -1,4 +1,9 @@
-"""Quantities in words for messages and tables: bytes in binary units."""
+"""Quantities in words for messages and tables: bytes in binary units; and the longest time
+anything here may be asked to run or stretch a trace to."""
+
+# A year: far inside the signed nanosecond clocks of the engine and the generators (292 years),
+# which 1e308 s or inf would overflow; no capture, run or think time needs more.
+YEAR_S = 365 * 86400
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from analysis import scoring
 from traces.errors import ReplayError
+from traces.units import YEAR_S
 
 FORMAT = "tracereplay-results-set"
 VERSION = 1
@@ -24,7 +25,6 @@ MIX_SPAN = 8 * GIB
 # target before each, so no split inherits the state another split's writes left.
 MIX_SPLITS = ((1, 3), (1, 32), (32, 1))
 FILL_BLOCK = 128 * KIB
-DATA_PATTERN = r"random|zeros|compressible:(\d{1,2}|100)"
 # Run lengths at --scale 1, in seconds: Iometer's 3 minutes a point, an hour of random
 # writes scored on its last 400 s in 1-minute rounds, ACT's hour, PTS's 1-minute elements.
 MIX_POINT_S = 180.0
@@ -53,6 +53,16 @@ UNBOUNDED = 1 << 62
 PURGE_PIECE = 1 * GIB
 # --op: the most of the target left unused (over-provisioned); 90 % still leaves a tenth tested.
 MAX_OP = 90
+
+
+# The longest any one run may be asked to last.
+MAX_RUN_S = float(YEAR_S)
+# --scale multiplies the longest test (seed 002's 6 h steady state) to at most MAX_RUN_S.
+MAX_SCALE = MAX_RUN_S / STEADY_70_30_S
+# act: 3,000 X transactions a second keep at least ~3 ns apart on the generator's clock.
+MAX_MULTIPLE = 100_000
+# pts: SNIA gives up after 25 rounds; more than a thousand is a typo, not a test.
+MAX_ROUNDS = 1000
 
 
 class BenchError(ReplayError):
@@ -107,6 +117,34 @@ class BenchOptions:
         """`seconds` at this scale; whole seconds (at least 1) for per-second scoring."""
         value = seconds * self.scale
         return float(max(1, round(value))) if whole else max(value, 0.01)
+
+
+def check_numbers(o: BenchOptions) -> None:
+    """Raise BenchError, naming the option, for a number of `o` no test can run with: before
+    the target is looked at, so nothing is written."""
+    if not (0 < o.scale <= MAX_SCALE):  # nan fails too
+        raise BenchError(f"--scale must be above 0 and at most {MAX_SCALE:g} (a year of the longest "
+                         f"test), not {o.scale}")
+    for name in ("duration_s", "window_s", "round_s", "period_s", "precondition_s", "point_s"):
+        value = getattr(o, name)
+        if value is not None and not 0 < value <= MAX_RUN_S:
+            raise BenchError(f"--{name[:-2].replace('_', '-')} must be a number of seconds above 0 and "
+                             f"at most {MAX_RUN_S:,.0f} (a year), not {value}")
+    if not 0.0 <= o.read_share <= 1.0:
+        raise BenchError(f"--read-share must be from 0 to 100 percent, not {o.read_share * 100:g}")
+    if not 0 < o.multiple <= MAX_MULTIPLE:
+        raise BenchError(f"--multiple must be above 0 and at most {MAX_MULTIPLE:,}, not {o.multiple}")
+    for name in ("start", "step"):
+        if not 1 <= getattr(o, name) <= MAX_MULTIPLE:
+            raise BenchError(f"--{name} must be a whole multiple from 1 to {MAX_MULTIPLE:,}, "
+                             f"not {getattr(o, name)}")
+    if not 1 <= o.max_rounds <= MAX_ROUNDS:
+        raise BenchError(f"--max-rounds must be from 1 to {MAX_ROUNDS}, not {o.max_rounds}")
+    if o.seed < 0:
+        raise BenchError(f"--seed must be 0 or more, not {o.seed}")
+    if o.act_latency not in scoring.ACT_LATENCY:
+        raise BenchError(f"--act-latency must be intended (the queue-era ACT) or issue "
+                         f"(ACT 6), not {o.act_latency!r}")
 
 
 def percent(share: float) -> int:

@@ -2,18 +2,16 @@
 replayed into DIR/<run>.parquet and recorded in DIR/results.json as soon as it finishes.
 """
 import json
-import math
 import os
-import re
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
 from analysis import power, scoring
 from replay.bench import TESTS, procedures
-from replay.bench.options import (DATA_PATTERN, FILL_BLOCK, FORMAT, KIB, MIB, MIX_SPAN,
-                                  VERSION, BenchError, BenchOptions, check_op, op_prefix)
-from replay.options import MAX_DEPTH, MAX_WORKERS
+from replay.bench.options import (FILL_BLOCK, FORMAT, KIB, MIB, MIX_SPAN, VERSION, BenchError,
+                                  BenchOptions, check_numbers, check_op, op_prefix)
+from replay.options import DATA_PATTERN, MAX_DEPTH, MAX_WORKERS
 from replay.runner import GeneratorSource, RunOptions, null_target, replay
 from synth import generators as g
 from traces.outputs import check_output
@@ -66,20 +64,7 @@ class Bench:
         self.out_dir, self.on_run = Path(out_dir), on_run
         self.notices = [] if notices is None else notices
         o = self.options
-        if not (o.scale > 0 and math.isfinite(o.scale)):
-            raise BenchError(f"--scale must be a positive number, not {o.scale}")
-        for name in ("duration_s", "window_s", "round_s", "period_s", "precondition_s", "point_s"):
-            value = getattr(o, name)
-            if value is not None and not value > 0:
-                raise BenchError(f"--{name[:-2].replace('_', '-')} must be a positive number of "
-                                 f"seconds, not {value}")
-        if not 0.0 <= o.read_share <= 1.0:
-            raise BenchError(f"--read-share must be from 0 to 100 percent, not {o.read_share * 100:g}")
-        if o.act_latency not in scoring.ACT_LATENCY:
-            raise BenchError(f"--act-latency must be intended (the queue-era ACT) or issue "
-                             f"(ACT 6), not {o.act_latency!r}")
-        if o.max_rounds < 1:
-            raise BenchError(f"--max-rounds must be at least 1, not {o.max_rounds}")
+        check_numbers(o)
         if target is None and o.engine != "null":
             raise BenchError("give a TARGET (a block device or a regular file); only "
                              "--engine null runs without one")
@@ -100,7 +85,7 @@ class Bench:
         if isinstance(o.data, str):
             o.data = tuple(o.data.split(","))
         for pattern in o.data:
-            if not re.fullmatch(DATA_PATTERN, pattern):
+            if not DATA_PATTERN.fullmatch(pattern):
                 raise BenchError(f"--data {pattern!r} is not a data pattern: use random, zeros "
                                  "or compressible:PCT with PCT from 0 to 100")
         # Every option the runs would refuse is refused here, before the fill writes the target.

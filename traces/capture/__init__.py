@@ -5,7 +5,6 @@ lockdown) and blktrace (where it can open its relay files). Lost events are coun
 stored in the trace's metadata and, with strict=True, an error.
 """
 import datetime
-import math
 import os
 import platform
 import select
@@ -27,6 +26,7 @@ from traces.capture.records import build, sleeps
 from traces.capture.tracefs import CaptureError, TracefsSession
 from traces.outputs import check_output
 from traces.trace import MAX_ROW_GROUP_ROWS, TraceWriter
+from traces.units import YEAR_S
 
 __all__ = ["CaptureError", "CaptureResult", "capture", "device_info", "recipes"]
 
@@ -229,8 +229,9 @@ def capture(device: str, output, *, command: list[str] | None = None, duration: 
     """
     notices = [] if notices is None else notices
     output = Path(output)
-    if duration is not None and not 0 < duration < math.inf:  # nan too: it would never end
-        raise CaptureError(f"--duration takes a finite number of seconds above 0, not {duration:g}")
+    if duration is not None and not 0 < duration <= YEAR_S:  # nan too: it would never end
+        raise CaptureError(f"--duration takes a number of seconds above 0 and at most {YEAR_S:,} "
+                           f"(a year), not {duration:g}")
     check_output(output, force=force)
     if os.geteuid() != 0:
         raise CaptureError("capture needs root (tracefs and block devices); run it with sudo")
