@@ -55,6 +55,9 @@ pub const ENGINES: [&str; 3] = ["io_uring", "psync", "null"];
 /// the CLI's --timing and the runner's options derive from.
 pub const TIMINGS: [&str; 3] = ["original", "afap", "causal"];
 
+/// The most chunks a Replayer holds between Python's pushes and the engine (the runner uses 4).
+const MAX_QUEUE_CHUNKS: usize = 4096;
+
 /// The mode a timing name stands for: the one place a name becomes a `Mode`.
 fn mode_of(timing: &str, speed: f64, think_scale: f64) -> PyResult<Mode> {
     match timing {
@@ -159,6 +162,12 @@ impl Replayer {
         if max_length > MAX_DATA_LENGTH {
             return Err(PyValueError::new_err(format!(
                 "max_length must be at most {MAX_DATA_LENGTH} bytes (the most one read or write transfers), not {max_length}"
+            )));
+        }
+        // sync_channel allocates its capacity up front: 2**62 chunks aborted the process.
+        if queue_chunks > MAX_QUEUE_CHUNKS {
+            return Err(PyValueError::new_err(format!(
+                "queue_chunks must be at most {MAX_QUEUE_CHUNKS} (chunks waiting for the engine), not {queue_chunks}"
             )));
         }
         let pattern = DataPattern::parse(data).map_err(PyValueError::new_err)?;

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from replay import _engine
 from replay.runner import RunOptions, replay
 from tests.replay.test_run_end_to_end import _ext4, marks, needs, on_loop, uring
-from traces.schema import Op
+from traces.schema import MAX_IO_BYTES, Op
 from traces.trace import read_trace, write_trace
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -92,6 +92,19 @@ def test_a_bad_row_is_refused_naming_it_and_nothing_of_its_chunk_runs(engine, ca
 def test_max_length_is_bounded_by_what_one_read_can_transfer():
     with pytest.raises(ValueError, match="max_length must be at most"):
         _engine.Replayer(None, engine="null", max_length=4 * GIB)
+    # The trace check (replay.sources.check_trace) stops where the engine does.
+    _engine.Replayer(None, engine="null", max_length=MAX_IO_BYTES, depth=1).close()
+    with pytest.raises(ValueError, match=f"at most {MAX_IO_BYTES} bytes"):
+        _engine.Replayer(None, engine="null", max_length=MAX_IO_BYTES + 1, depth=1)
+
+
+def test_a_huge_queue_chunks_is_a_value_error_in_a_fresh_process():
+    # 2**62 chunks once aborted the process: the channel allocated its capacity up front.
+    code = ("from replay import _engine\ntry:\n    _engine.Replayer(None, engine='null', queue_chunks=2**62)\n"
+            "except ValueError as e:\n    print(e)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-2000:]}"
+    assert run.stdout.startswith("queue_chunks must be at most 4096")
 
 
 ABORTS = """
