@@ -64,9 +64,13 @@ def parse_when(text: str) -> float:
     """A wall-clock instant as Unix seconds: a number of seconds, or ISO 8601 (without a zone,
     this host's local time, as meters write it)."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if math.isfinite(seconds):  # nan and inf passed, and ended the run in a traceback
+            return seconds
+        raise PowerLogError(f"{text!r} is not a time: give Unix seconds or ISO 8601")
     try:
         return datetime.fromisoformat(text.strip()).astimezone().timestamp()
     except ValueError:
