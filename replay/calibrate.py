@@ -13,11 +13,10 @@ is the replayer's own time for that pair of ops.
 import os
 import signal
 import sys
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
+from traces import workdirs
 from traces.schema import Op
 
 # Every ordered pair of read, write and flush once, read cyclically: RR RW WW WF FF FR RF FW WR.
@@ -72,8 +71,8 @@ def host_costs(target: str, engine: str | None, notices: list) -> np.ndarray | N
         notices.append(f"causal timing: the replayer's own time per I/O could not be measured on {target} "
                        f"({why}); think times are replayed as captured")
 
-    with tempfile.TemporaryDirectory(prefix="tracereplay-calibrate-") as tmp:
-        tmp = Path(tmp)
+    # Owned: a run killed outright mid-calibration leaves it; the next run removes it.
+    with workdirs.owned("tracereplay-calibrate-") as tmp:
         probe = probe_columns()
         write_trace(tmp / "probe.parquet", probe, {"name": "probe", "source": {"kind": "synth:calibrate"}})
         run = [sys.executable, "-c", "from replay.cli import main; main()", "run", str(tmp / "probe.parquet"),

@@ -2,10 +2,10 @@
 safe to write: traces.targets; where the results may be written: traces.outputs.
 """
 import os
-import shutil
 import tempfile
 from typing import Callable
 
+from traces import workdirs
 from traces.errors import TargetError
 from traces.targets import Target, inspect_target
 from traces.units import human_bytes
@@ -32,8 +32,9 @@ def scratch_target(
                 f"{human_bytes(free)} ({free} bytes) free; choose a directory on a larger "
                 "filesystem or pass a TARGET"
             )
-    workdir = tempfile.mkdtemp(prefix="tracereplay-", dir=directory)
-    path = os.path.join(workdir, "scratch.img")
+    # Owned: a run killed outright leaves it, and the next one to make a scratch file removes it.
+    workdir = workdirs.make("tracereplay-scratch-", directory)
+    path = workdir / "scratch.img"
     with open(path, "wb") as f:
         f.truncate(size)
-    return inspect_target(path), lambda: shutil.rmtree(workdir, ignore_errors=True)
+    return inspect_target(str(path)), lambda: workdirs.remove(workdir)
