@@ -115,7 +115,8 @@ def test_oltp_like_refuses_a_tiny_span():
 
 # -- the captured traces (issue 4): made by `replay capture recipe NAME` with default knobs --
 
-CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone", "dpkg", "mariadb", "rocksdb", "photos")
+CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone", "dpkg", "mariadb", "rocksdb", "photos",
+            "video")
 
 
 def _characterise(name):
@@ -240,3 +241,14 @@ def test_photos_trace_reads_every_photo_cold_in_large_requests():
     assert read.sum() >= photos["bytes"]  # every photo came from the device, none from the cache
     assert read[read >= 1024 * KIB].sum() > 0.9 * read.sum()  # readahead over whole JPEGs
     assert length[op == Op.WRITE].sum() < 0.2 * read.sum()  # previews and thumbnails are small
+
+
+def test_video_trace_reads_the_whole_source_cold_and_writes_the_export():
+    columns, metadata = read_trace(library.resolve("video"))
+    outcome, source = metadata["recipe"]["outcome"], metadata["recipe"]["source_video"]
+    assert outcome["frames"] == source["frames"] > 1000 and source["bytes"] > 200 << 20
+    op, length = columns["op"], columns["length"]
+    read, written = length[op == Op.READ], length[op == Op.WRITE]
+    assert read.sum() >= source["bytes"]  # the whole source came from the device, none from the cache
+    assert read[read >= 1024 * KIB].sum() > 0.9 * read.sum()  # readahead, front to back
+    assert outcome["output_bytes"] <= written.sum() < 0.3 * read.sum()  # the export, smaller than its source

@@ -163,3 +163,24 @@ def test_photos_quick(tmp_path, clean):
     assert length[reads].sum() >= photos["bytes"]
     assert 0 < length[writes].sum() < 0.5 * length[reads].sum()
     assert "convert-im6.q16" in set(cols["comm"][reads]) or "convert-im7.q16" in set(cols["comm"][reads])
+
+
+def test_video_quick(tmp_path, clean):
+    module = recipe("video")
+    clean("video")
+    out = tmp_path / "video.parquet"
+    module.run(None, out, notices=[], seconds=4)
+    cols, meta, outcome = captured(out)
+    source = meta["recipe"]["source_video"]
+    assert (source["width"], source["height"]) == (1920, 1080) and source["bytes"] > 4 * 2 * MIB
+    # ffmpeg says it encoded every frame of the source, and the export is on the filesystem.
+    assert outcome["unit"] == "frames" and outcome["frames"] == source["frames"] == 4 * 30
+    assert 0 < outcome["output_bytes"] < source["bytes"]
+    assert "ffmpeg version" in meta["recipe"]["applications"]["ffmpeg"]
+    ops, length = cols["op"], cols["length"]
+    reads, writes = ops == Op.READ, ops == Op.WRITE
+    # The export reads the whole source from the device, cold, and writes the smaller H.264 file.
+    assert length[reads].sum() >= source["bytes"]
+    assert length[writes].sum() >= outcome["output_bytes"]
+    assert length[writes].sum() < length[reads].sum()
+    assert any(comm.startswith("ffmpeg") for comm in set(cols["comm"][reads]))

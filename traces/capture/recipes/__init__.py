@@ -24,6 +24,7 @@ RECIPES = {
     "mariadb": "traces.capture.recipes.mariadb",
     "rocksdb": "traces.capture.recipes.rocksdb",
     "photos": "traces.capture.recipes.photos",
+    "video": "traces.capture.recipes.video",
 }
 
 
