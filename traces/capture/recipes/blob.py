@@ -64,9 +64,10 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
                     store = json.loads(store_outcome.read_text())
                 except (OSError, ValueError):
                     pass
-            s.provenance["outcome"] = timed.outcome(
-                recorded, unit="operations", **{k: v for k, v in store.items() if k != "elapsed_s"},
-                store_elapsed_s=store.get("elapsed_s"))
+            # The store's own report repeats `unit`: one dict, its keys overriding, as before.
+            figures = {"unit": "operations", **{k: v for k, v in store.items() if k != "elapsed_s"},
+                       "store_elapsed_s": store.get("elapsed_s")}
+            s.provenance["outcome"] = timed.outcome(recorded, **figures)
             return (f"{DESCRIPTION} {knobs['clients']} clients, {length} over {knobs['populate_mb']} MiB of "
                     f"blobs, memory limited to {knobs['memory_mb']} MiB, {knobs['fs']} on the device.")
 
