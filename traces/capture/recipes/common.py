@@ -21,7 +21,7 @@ from pathlib import Path
 from traces.errors import ReplayError
 
 __all__ = ["RecipeError", "Session", "MemoryCgroup", "parse_knobs", "require", "missing_packages",
-           "mounts_under", "version_of", "run"]
+           "mounts_under", "version_of", "run", "stop_process"]
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -47,6 +47,18 @@ def run(args, *, what: str | None = None, **kwargs) -> subprocess.CompletedProce
         tail = " ".join((done.stderr or done.stdout or "").strip().splitlines()[-3:])
         raise RecipeError(f"{what or shlex.join(args)} failed (exit {done.returncode}): {tail}")
     return done
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float) -> None:
+    """End a server the recipe started, by its pid: SIGTERM (the clean shutdown of mariadbd and
+    nginx alike), then SIGKILL if it is still there after `grace_s`."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def version_of(*args) -> str:

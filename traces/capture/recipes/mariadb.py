@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from traces.capture.recipes import timed
-from traces.capture.recipes.common import GIB, MIB, RecipeError, Session, parse_knobs, require, version_of
+from traces.capture.recipes.common import (GIB, MIB, RecipeError, Session, parse_knobs, require, stop_process,
+                                           version_of)
 from traces.capture.recipes.common import run as sh
 
 DESCRIPTION = ("MariaDB (InnoDB) with sysbench's oltp_read_write: 16 KiB random page reads and writes, "
@@ -62,13 +63,7 @@ class Server:
             return ""
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(_STOP_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, _STOP_S)
 
 
 def run(device, output, *, notices, destroy_data=False, backend="auto", on_start=None, **given):
