@@ -116,7 +116,7 @@ def test_oltp_like_refuses_a_tiny_span():
 # -- the captured traces (issue 4): made by `replay capture recipe NAME` with default knobs --
 
 CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone", "dpkg", "mariadb", "rocksdb", "photos",
-            "video")
+            "video", "web")
 
 
 def _characterise(name):
@@ -252,3 +252,20 @@ def test_video_trace_reads_the_whole_source_cold_and_writes_the_export():
     assert read.sum() >= source["bytes"]  # the whole source came from the device, none from the cache
     assert read[read >= 1024 * KIB].sum() > 0.9 * read.sum()  # readahead, front to back
     assert outcome["output_bytes"] <= written.sum() < 0.3 * read.sum()  # the export, smaller than its source
+
+
+def test_web_trace_serves_a_zipf_tree_in_small_cold_reads():
+    columns, metadata = read_trace(library.resolve("web"))
+    outcome, tree = metadata["recipe"]["outcome"], metadata["recipe"]["tree"]
+    assert outcome["requests"] == outcome["logged_requests"] > 10_000 and outcome["errors"] == 0
+    assert tree["files"] > 1000
+    assert all(address.startswith("127.0.0.1:") for address in metadata["recipe"]["server"]["listening"])
+    op, length = columns["op"], columns["length"]
+    reads = op == Op.READ
+    assert set(columns["comm"][reads]) >= {"nginx"}
+    assert (columns["comm"][reads] == "nginx").mean() > 0.99  # the server reads, not the kernel
+    # Popular files stay cached: fewer bytes come from the device than the clients received,
+    # yet more than the tree once (the cgroup drops the tail and it is read again).
+    assert tree["bytes"] < length[reads].sum() < outcome["bytes"]
+    assert np.median(length[reads]) <= 64 * KIB  # web-sized files, not streams
+    assert length[op == Op.WRITE].sum() < 0.01 * length[reads].sum()  # the access log

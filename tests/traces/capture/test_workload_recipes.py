@@ -3,8 +3,12 @@ loop device: the application's own outcome is recorded, the trace has the worklo
 and validates, and nothing is left behind. A recipe whose Debian packages are missing skips,
 naming them (`make deps` installs them).
 """
+import os
+import re
 import signal
+import subprocess
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -184,3 +188,46 @@ def test_video_quick(tmp_path, clean):
     assert length[writes].sum() >= outcome["output_bytes"]
     assert length[writes].sum() < length[reads].sum()
     assert any(comm.startswith("ffmpeg") for comm in set(cols["comm"][reads]))
+
+
+def nginx_listeners(tag):
+    """The addresses that nginx processes whose command line holds `tag` listen on, as `ss`
+    sees them."""
+    found = set()
+    for line in subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout.splitlines():
+        for pid in re.findall(r'"nginx",pid=(\d+)', line):
+            try:
+                if tag.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.add(line.split()[3])
+            except OSError:
+                pass
+    return found
+
+
+def test_web_quick(tmp_path, clean):
+    module = recipe("web")
+    if missing_packages({"ss": "iproute2"}):
+        pytest.skip("the web recipe's test needs ss, from the Debian package iproute2")
+    clean("web")
+    out = tmp_path / "web.parquet"
+    seen = []
+    module.run(None, out, notices=[], files=500, requests=3000, memory_mb=16,
+               on_start=lambda _backend: seen.append(nginx_listeners(f"tracereplay-web-{os.getpid()}-")))
+    cols, meta, outcome = captured(out)
+    # Our nginx was serving when the capture began, on one loopback address only.
+    port = meta["recipe"]["server"]["listening"][0].rsplit(":", 1)[1]
+    assert seen == [{f"127.0.0.1:{port}"}]
+    assert outcome["unit"] == "requests" and outcome["requests"] == outcome["logged_requests"] == 3000
+    assert outcome["errors"] == 0 and outcome["bytes"] > 3000 * 256
+    assert "nginx" in meta["recipe"]["applications"]["nginx"]
+    tree = meta["recipe"]["tree"]
+    assert tree["files"] == 500 and tree["bytes"] > 16 * MIB
+    ops, length = cols["op"], cols["length"]
+    reads = ops == Op.READ
+    # Served cold from a tree larger than the cgroup: nginx reads files from the device, in
+    # requests no larger than its files, and far fewer bytes than it sent (popular files hit
+    # the cache); the access log reaches the device by the closing sync.
+    assert set(cols["comm"][reads]) >= {"nginx"} and reads.sum() > 0.9 * np.count_nonzero(ops != Op.FLUSH)
+    assert 0 < length[reads].sum() < outcome["bytes"]
+    assert np.median(length[reads]) <= 256 * 1024
+    assert np.count_nonzero(ops == Op.WRITE) > 0

@@ -25,6 +25,7 @@ RECIPES = {
     "rocksdb": "traces.capture.recipes.rocksdb",
     "photos": "traces.capture.recipes.photos",
     "video": "traces.capture.recipes.video",
+    "web": "traces.capture.recipes.web",
 }
 
 
