@@ -8,6 +8,7 @@ from numba import types
 from numba.typed import Dict, List
 
 from analysis.causal import BARRIER, DURABLE_WINDOW_NS, RECENT
+from traces.kernel_types import I32, I64, I8, U8, ro, rw
 
 _PENDING = types.UniTuple(types.int64, 4)  # (done_ns, row, group, is_write | durable << 1 | op << 2)
 
@@ -27,7 +28,55 @@ def new_state():
     return heap, last_row, last_done, last_op, latest, recent, recent_n
 
 
-@numba.njit(nogil=True, cache=True)
+# The heap's helpers come first: the kernel below compiles as it is defined.
+@numba.njit(inline="always")
+def _less(a, b):
+    return a[0] < b[0] or (a[0] == b[0] and a[1] < b[1])
+
+
+@numba.njit
+def heapq_push(heap, item):
+    heap.append(item)
+    i = len(heap) - 1
+    while i > 0:
+        up = (i - 1) >> 1
+        if _less(heap[i], heap[up]):
+            heap[i], heap[up] = heap[up], heap[i]
+            i = up
+        else:
+            break
+
+
+@numba.njit
+def heapq_pop(heap):
+    top = heap[0]
+    last = heap.pop()
+    n = len(heap)
+    if n:
+        heap[0] = last
+        i = 0
+        while True:
+            left = 2 * i + 1
+            if left >= n:
+                break
+            child = left
+            if left + 1 < n and _less(heap[left + 1], heap[left]):
+                child = left + 1
+            if _less(heap[child], heap[i]):
+                heap[i], heap[child] = heap[child], heap[i]
+                i = child
+            else:
+                break
+    return top
+
+
+@numba.njit(
+    (I64, ro(I64), ro(U8), ro(I64), ro(I64), ro(U8), ro(I64), I64, I64, I64,
+    types.ListType(types.UniTuple(I64, 4)), types.DictType(I64, I64), types.DictType(I64, I64),
+    types.DictType(I64, I64), rw(I64), rw(I64, 2), rw(I64), rw(I32), rw(I32), rw(I64), rw(I8),
+    rw(U8)),
+    nogil=True, cache=True,
+)
 def annotate_kernel(base, ts, op, latency, group, flags, woke, kind, window_ns, max_back,
                     heap, last_row, last_done, last_op, latest, recent, recent_n,
                     parent, parent2, think, from_op, woken):
@@ -110,44 +159,3 @@ def annotate_kernel(base, ts, op, latency, group, flags, woke, kind, window_ns, 
             durable = op[k] == 3 or (op[k] == 1 and flags[k] & 2)
             heapq_push(heap, (t + latency[k], row, group[k],
                               np.int64(op[k] == 1) | (np.int64(durable) << 1) | (np.int64(op[k]) << 2)))
-
-
-@numba.njit(inline="always")
-def _less(a, b):
-    return a[0] < b[0] or (a[0] == b[0] and a[1] < b[1])
-
-
-@numba.njit
-def heapq_push(heap, item):
-    heap.append(item)
-    i = len(heap) - 1
-    while i > 0:
-        up = (i - 1) >> 1
-        if _less(heap[i], heap[up]):
-            heap[i], heap[up] = heap[up], heap[i]
-            i = up
-        else:
-            break
-
-
-@numba.njit
-def heapq_pop(heap):
-    top = heap[0]
-    last = heap.pop()
-    n = len(heap)
-    if n:
-        heap[0] = last
-        i = 0
-        while True:
-            left = 2 * i + 1
-            if left >= n:
-                break
-            child = left
-            if left + 1 < n and _less(heap[left + 1], heap[left]):
-                child = left + 1
-            if _less(heap[child], heap[i]):
-                heap[i], heap[child] = heap[child], heap[i]
-                i = child
-            else:
-                break
-    return top

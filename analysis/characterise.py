@@ -12,6 +12,7 @@ from numba import types
 from numba.typed import Dict
 
 from analysis.histogram import N_BINS, LatencyHistogram, bin_index, bin_mid
+from traces.kernel_types import I32, I64, U8, ro, rw
 from traces.schema import Op
 from traces.units import human_bytes
 
@@ -35,7 +36,7 @@ PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 # Kernels (each tested against a NumPy reference in tests/analysis/test_characterise.py)
 # ---------------------------------------------------------------------------------------
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((ro(U8), ro(I64), ro(I64), rw(I64), rw(I64)), nogil=True, cache=True)
 def sequential_kernel(op, offset, length, last_end, counts):
     """Count reads/writes starting where the previous I/O of the same direction ended.
 
@@ -50,7 +51,7 @@ def sequential_kernel(op, offset, length, last_end, counts):
         last_end[d] = offset[i] + length[i]
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((ro(I64), ro(I64), I64, rw(I64)), nogil=True, cache=True)
 def qd_kernel(ts, latency, window_ns, busy):
     """Add each I/O's in-flight interval [ts, ts + latency) to the windows it overlaps.
 
@@ -76,7 +77,7 @@ def qd_kernel(ts, latency, window_ns, busy):
             w += 1
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((ro(I64), ro(I64), I64, rw(U8)), nogil=True, cache=True)
 def mark_blocks(offset, length, block_shift, bitmap):
     """Set the bit of every block touched (offsets relative to the bitmap's base); count new ones."""
     new = 0
@@ -102,7 +103,7 @@ def _splitmix64(x):
     return x ^ (x >> np.uint64(31))
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((ro(I64), ro(I64), I64, I64, rw(U8)), nogil=True, cache=True)
 def hll_kernel(offset, length, block_shift, p, registers):
     """HyperLogLog update with the blocks each I/O touches (hash: splitmix64 of the block)."""
     shift = np.uint64(64 - p)
@@ -134,7 +135,7 @@ def hll_estimate(registers: np.ndarray) -> float:
     return float(estimate)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((ro(I64), ro(I64), I64, rw(I32), I64), nogil=True, cache=True)
 def stamp_blocks(offset, length, block_shift, stamps, stamp):
     """Count the blocks touched whose stamp is not yet `stamp`, and stamp them.
 
@@ -172,7 +173,7 @@ def _fenwick_prefix(tree, i):
     return s
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((types.DictType(I64, I64), rw(I64)), nogil=True, cache=True)
 def _reuse_compact(last, tree):
     """Renumber the live last-access times 0..n-1 in order and rebuild the tree; return n."""
     n = len(last)
@@ -191,7 +192,7 @@ def _reuse_compact(last, tree):
     return n
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((types.DictType(I64, I64), rw(I64), I64), nogil=True, cache=True)
 def _reuse_evict(last, tree, threshold):
     """Stop tracking the blocks whose hash is no longer below `threshold`."""
     gone = []
@@ -202,14 +203,8 @@ def _reuse_evict(last, tree, threshold):
         _fenwick_add(tree, last.pop(k), -1)
 
 
-# One eager signature: Numba's on-disk cache numbers each specialisation's file, and two
-# processes compiling different ones at once can swap them (read-only vs writable columns).
-_RO_I64 = types.Array(types.int64, 1, "A", readonly=True)
-_I64 = types.Array(types.int64, 1, "C")
-
-
 @numba.njit(
-    types.void(_RO_I64, _RO_I64, types.int64, types.DictType(types.int64, types.int64), _I64, _I64, _I64),
+    types.void(ro(I64), ro(I64), I64, types.DictType(I64, I64), rw(I64), rw(I64), rw(I64)),
     nogil=True,
     cache=True,
 )

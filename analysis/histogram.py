@@ -13,6 +13,8 @@ import numpy as np
 # ctlz 2.5 ns/value, math.frexp of float(v) 9.4, branch-free binary search 9.5, shift loop 24.
 from numba.cpython.unsafe.numbers import leading_zeros
 
+from traces.kernel_types import I64, ro, rw
+
 SUB_BITS = 7
 SUB_BUCKETS = 1 << SUB_BITS  # 128
 # The largest int64 has its highest set bit at 62, so no value here shares the last bin.
@@ -34,7 +36,7 @@ def log_linear_bins(sub_bits: int, top_bit: int) -> int:
     return (top_bit - sub_bits) * (1 << sub_bits) + 2 * (1 << sub_bits)
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@numba.njit((I64, I64, I64), nogil=True, cache=True, inline="always")
 def log_linear_index(v, sub_bits, top_bit):
     """The bin of a non-negative int64 value (the caller guarantees v >= 0)."""
     sub = 1 << sub_bits
@@ -47,7 +49,7 @@ def log_linear_index(v, sub_bits, top_bit):
     return shift * sub + (v >> shift)
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@numba.njit((I64, I64), nogil=True, cache=True, inline="always")
 def log_linear_lower(i, sub_bits):
     """Smallest value that falls in bin i."""
     sub = 1 << sub_bits
@@ -57,7 +59,7 @@ def log_linear_lower(i, sub_bits):
     return np.int64(i - shift * sub) << shift
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@numba.njit((I64, I64), nogil=True, cache=True, inline="always")
 def log_linear_width(i, sub_bits):
     """How many consecutive values bin i holds (a power of two)."""
     sub = 1 << sub_bits
@@ -66,7 +68,7 @@ def log_linear_width(i, sub_bits):
     return np.int64(1) << (i // sub - 1)
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@numba.njit((I64, I64), nogil=True, cache=True, inline="always")
 def log_linear_mid(i, sub_bits):
     """Midpoint of bin i (its lowest value plus half its width, rounded down): what a
     percentile reports, within half a bin of the true value."""
@@ -76,31 +78,31 @@ def log_linear_mid(i, sub_bits):
 N_BINS = log_linear_bins(SUB_BITS, TOP_BIT)  # 7296
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@numba.njit((I64,), nogil=True, cache=True, inline="always")
 def bin_index(v):
     """The bin of a non-negative int64 value (the caller guarantees v >= 0)."""
     return log_linear_index(v, SUB_BITS, TOP_BIT)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((I64,), nogil=True, cache=True)
 def bin_lower(i):
     """Smallest value that falls in bin i."""
     return log_linear_lower(i, SUB_BITS)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((I64,), nogil=True, cache=True)
 def bin_width(i):
     """How many consecutive values bin i holds (a power of two)."""
     return log_linear_width(i, SUB_BITS)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((I64,), nogil=True, cache=True)
 def bin_mid(i):
     """Midpoint of bin i (its lowest value plus half its width, rounded down)."""
     return log_linear_mid(i, SUB_BITS)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((ro(I64), rw(I64)), nogil=True, cache=True)
 def _add_kernel(values, counts):
     """Count `values` into `counts`; return (first negative index or -1, mean, M2, min, max).
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from traces.kernel_types import BOOL, I64, U8, ro, rw
 from traces.schema import RESULT_COLUMNS, TRACE_COLUMNS, Op
 
 SECOND_NS = 1_000_000_000
@@ -35,7 +36,11 @@ SLOW_NS = 10 * MS_NS
 _LATENCY_FROM = {"issue": 0, "intended": 1, "lateness": 2}
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(
+    (ro(U8), ro(I64), ro(I64), ro(I64), ro(I64), ro(I64), ro(BOOL), I64, BOOL, I64, I64, ro(I64),
+    rw(I64), rw(I64, 2), rw(I64)),
+    nogil=True, cache=True,
+)
 def _bin_rows(op, length, intended, issue, complete, result, op_mask, max_length,
               by_intended, latency_mode, bin_ns, thresholds, counts, over, errors):
     """One pass over a chunk; returns rows never issued. Per bin: successful completions

@@ -8,6 +8,7 @@ import numba
 import numpy as np
 
 from analysis.histogram import log_linear_bins, log_linear_index, log_linear_mid
+from traces.kernel_types import F64, I32, I64, U8, ro, rw
 from traces.schema import RESULT_COLUMNS, TRACE_COLUMNS, Op
 
 SECOND_NS = 1_000_000_000
@@ -29,19 +30,23 @@ PERCENTILES = (50.0, 99.0, 99.9)
 _KEYS = ("p50", "p99", "p99.9", "max")
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((I64,), nogil=True, cache=True)
 def bin_of(v):
     """Histogram bin of a non-negative value; values of 2**44 and above share the last bin."""
     return log_linear_index(v, SUB_BITS, _TOP_BIT)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((I64,), nogil=True, cache=True)
 def bin_mid(i):
     """Midpoint of bin i (its lowest value plus half its width, rounded down)."""
     return log_linear_mid(i, SUB_BITS)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(
+    (ro(U8), ro(I64), ro(I64), ro(I64), ro(I64), ro(I64), I64, rw(I64, 2), rw(I64, 2), rw(I64),
+    rw(I32, 2), rw(I32, 2), rw(I32, 2), rw(I64), rw(I64), rw(I64), rw(I64), rw(I64)),
+    nogil=True, cache=True,
+)
 def _accumulate(op, length, intended, issue, complete, result, bin_ns, counts, nbytes, errors,
                 dev_h, work_h, late_h, dev_max, work_max, late_max, busy, full_diff):
     """One pass over a chunk; returns the number of rows never issued.
@@ -88,7 +93,7 @@ def _accumulate(op, length, intended, issue, complete, result, bin_ns, counts, n
     return not_issued
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((ro(I32, 2), ro(I64), ro(F64), rw(F64, 2)), nogil=True, cache=True)
 def _percentiles(hist, maxima, qs, out):
     """Nearest-rank percentiles (numpy's inverted_cdf) per window from its histogram row: the
     midpoint of the bin holding the ranked value, clamped to the window's max; NaN if empty."""

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from traces.errors import ReplayError
+from traces.kernel_types import F64, I64, ro, rw
 from traces.schema import TRACE_ARROW_SCHEMA, TRACE_COLUMNS, Op
 from traces.trace import DEFAULT_CHUNK_ROWS, TraceWriter, open_trace
 
@@ -180,7 +181,7 @@ def _draw_slots(rng, dist: tuple, n_slots: int, n: int) -> np.ndarray:
     return slots
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((rw(I64), ro(I64), ro(F64), F64, I64, I64, I64, I64), nogil=True, cache=True)
 def _continue_runs(offset, length, draw, p, prev_end, align, lo, hi):
     """Where draw[i] < p, I/O i starts where the previous one ended (rounded up to `align`)
     if it fits below `hi`; otherwise it keeps its random offset. Returns the last end.
@@ -196,7 +197,7 @@ def _continue_runs(offset, length, draw, p, prev_end, align, lo, hi):
     return prev_end
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit((I64, rw(I64), rw(I64), rw(I64), ro(I64), I64), nogil=True, cache=True)
 def _stream_offsets(first_row, length, offset, position, region, region_size):
     """Row r belongs to stream r mod S; each stream writes its region front to back and wraps.
     An I/O that would cross its region's end is cut short there, so each pass covers the

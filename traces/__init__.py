@@ -7,4 +7,4 @@ the foreign formats (import and export) and capture.
 The packages' modules are the API; importing the package imports none of them.
 """
 
-__all__ = ["capture", "convert", "errors", "formats", "library", "outputs", "schema", "targets", "trace", "units", "workdirs"]
+__all__ = ["capture", "convert", "errors", "formats", "library", "outputs", "schema", "targets", "trace", "kernel_types", "units", "workdirs"]
