@@ -123,7 +123,12 @@ def test_mariadb_quick(tmp_path, clean):
     out = tmp_path / "mariadb.parquet"
     module.run(None, out, notices=[], tables=1, table_size=10_000, events=200, threads=4)
     cols, meta, outcome = captured(out)
-    assert outcome["transactions"] == 200 and outcome["queries"] == 200 * 20  # sysbench's 18 + BEGIN, COMMIT
+    # sysbench's 18 + BEGIN, COMMIT each; a transaction retried after a deadlock adds its queries.
+    assert outcome["transactions"] == 200
+    if outcome["ignored_errors"] == 0:
+        assert outcome["queries"] == 200 * 20
+    else:
+        assert outcome["queries"] > 200 * 20
     assert outcome["tps"] > 0 and outcome["latency_ms"]["95th percentile"] >= outcome["latency_ms"]["avg"] > 0
     assert "MariaDB" in meta["recipe"]["applications"]["mariadbd"]
     assert "--skip-networking" in meta["recipe"]["server_options"]

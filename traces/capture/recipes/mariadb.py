@@ -124,5 +124,8 @@ def outcome(recorded: dict) -> dict:
     return timed.outcome(recorded, transactions=None if transactions is None else int(transactions),
                          tps=number(r"transactions:\s+\d+\s+\(([\d.]+) per sec"),
                          queries=None if queries is None else int(queries),
+                         # A deadlock rolls a transaction back and sysbench runs it again: its
+                         # queries count twice.
+                         ignored_errors=int(number(r"ignored errors:\s+(\d+)") or 0),
                          latency_ms={k: number(rf"{k}:\s+([\d.]+)") for k in ("avg", "95th percentile", "max")},
                          unit="transactions", reported_by="sysbench")
