@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from traces import workdirs
 from traces.errors import ReplayError
 
 LOCAL, AUTO = "local", "auto"
@@ -166,7 +167,8 @@ def _local_cluster():
     settings = {_RAY_LOOPBACK_ENV: "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     saved = {k: os.environ.get(k) for k in settings}
     os.environ.update(settings)
-    files = tempfile.mkdtemp(prefix="tracereplay-ray-")
+    # Owned (traces.workdirs): should the keeper be killed too, the next run removes it.
+    files = str(workdirs.make("tracereplay-ray-"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{s.getsockname()[1]}"
@@ -190,7 +192,7 @@ def _local_cluster():
         except subprocess.TimeoutExpired:
             keeper.kill()
             keeper.wait()
-        shutil.rmtree(files, ignore_errors=True)
+        workdirs.remove(Path(files))
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -217,7 +219,7 @@ def _await_head(keeper: subprocess.Popen, address: str, log: Path, timeout_s: fl
 def _keep() -> None:
     """The keeper's body, a process of its own (args: ADDRESS FILES): start a Ray head below it,
     and when its stdin closes (the command ended, however) or the head stops, end every
-    process below it: Ray's orphans come back to it, not to init."""
+    process below it (Ray's orphans come back to it, not to init) and remove FILES."""
     address, files = sys.argv[1:3]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _adopt_orphans()
@@ -227,6 +229,7 @@ def _keep() -> None:
                              "--disable-usage-stats", f"--temp-dir={files}"], stdin=subprocess.DEVNULL)
     select.select([sys.stdin.fileno(), os.pidfd_open(head.pid)], [], [])
     _end(_descendants())
+    shutil.rmtree(files, ignore_errors=True)  # the command may have died before it could
 
 
 def _adopt_orphans() -> None:

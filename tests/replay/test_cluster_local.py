@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,14 @@ def _kill(processes):
     for pid in _left(processes, within=0):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _args(pid) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
 
 
 def _cmdline(pid) -> str:
@@ -146,9 +155,13 @@ def test_a_driver_killed_outright_leaves_no_ray_process(tmp_path, started):
     # no code of the driver runs, and the node's agents were left running for good.
     with _long_run(tmp_path) as proc:
         _running_replay(proc, started)
+        keeper = next(pid for pid in started if any("_keep()" in a for a in _args(pid)))
+        files = Path(_args(keeper)[-1])  # the cluster's temporary directory
+        assert files.is_dir()
         proc.kill()
         proc.wait()
     assert _left(started) == {}
+    assert not files.exists()
 
 
 def test_the_documented_ray_start_flow_joins_with_a_saved_token(tmp_path, started):
