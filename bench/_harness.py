@@ -261,3 +261,20 @@ def machine() -> dict:
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
     _worker(sys.argv[2:])
+
+
+def timed_import(src: Path, out: Path, fmt: str) -> dict:
+    """Import `src` as `fmt` into `out` in a child process of its own (ru_maxrss of
+    RUSAGE_CHILDREN is the peak over all children, so each import reports its own peak)."""
+    code = ("import resource, time; from traces.convert import import_trace; t = time.monotonic(); "
+            f"rows = import_trace([{str(src)!r}], {str(out)!r}, {fmt!r}, force=True)[1]; "
+            "print(rows, time.monotonic() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1],
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    if done.returncode:
+        sys.exit(done.stderr)
+    rows, seconds, rss_kib = done.stdout.split()
+    rows, seconds = int(rows), float(seconds)
+    return {"records": rows, "seconds": seconds, "records_per_s": rows / seconds,
+            "peak_rss_mib": int(rss_kib) / 1024}

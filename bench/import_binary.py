@@ -7,14 +7,13 @@ once in a temporary directory (32, 40 and 24 bytes a record) and removed after.
 """
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _harness import machine, write_json
+from _harness import machine, timed_import, write_json
 from _harness import parser as harness_parser
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -62,20 +61,10 @@ def main():
             make(fmt, src, args.records)
             runs = []
             for run in range(args.repeat):
-                code = ("import resource, time; from traces.convert import import_trace; t = time.monotonic(); "
-                        f"rows = import_trace([{str(src)!r}], {str(out)!r}, {name!r}, force=True)[1]; "
-                        "print(rows, time.monotonic() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
-                done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                      cwd=Path(__file__).resolve().parents[1],
-                                      env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
-                if done.returncode:
-                    sys.exit(done.stderr)
-                rows, seconds, rss_kib = done.stdout.split()
-                rows, seconds = int(rows), float(seconds)
-                runs.append({"records": rows, "seconds": seconds, "records_per_s": rows / seconds,
-                             "peak_rss_mib": int(rss_kib) / 1024})
+                runs.append(timed_import(src, out, name))
+                rows, seconds, peak = (runs[-1][k] for k in ("records", "seconds", "peak_rss_mib"))
                 print(f"{fmt} run {run + 1}: {rows:,} records in {seconds:.2f} s = "
-                      f"{rows / seconds / 1e6:.2f} M records/s, peak RSS {int(rss_kib) / 1024:.0f} MiB")
+                      f"{rows / seconds / 1e6:.2f} M records/s, peak RSS {peak:.0f} MiB")
             src.unlink()
             results[fmt] = runs
         cpu = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -7,7 +7,6 @@ file is made once in a temporary directory (MSR about 52 bytes a record, NetApp 
 """
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -17,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-from _harness import machine, write_json
+from _harness import machine, timed_import, write_json
 from _harness import parser as harness_parser
 
 FILETIME_2007 = 128166372000000000
@@ -101,22 +100,10 @@ def main():
         print(f"generated {args.records:,} {args.format} records, {src.stat().st_size / 2**20:,.0f} MiB, "
               f"in {time.monotonic() - began:.1f} s")
         for run in range(args.repeat):
-            # One child per run: ru_maxrss of RUSAGE_CHILDREN is the peak over all children,
-            # so each run is measured by the child that reports its own peak.
-            code = ("import resource, time, sys; from traces.convert import import_trace; t = time.monotonic(); "
-                    f"rows = import_trace([{str(src)!r}], {str(out)!r}, {args.format!r}, force=True)[1]; "
-                    "print(rows, time.monotonic() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
-            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                  cwd=Path(__file__).resolve().parents[1],
-                                  env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
-            if done.returncode:
-                sys.exit(done.stderr)
-            rows, seconds, rss_kib = done.stdout.split()
-            rows, seconds = int(rows), float(seconds)
-            runs.append({"records": rows, "seconds": seconds, "records_per_s": rows / seconds,
-                         "peak_rss_mib": int(rss_kib) / 1024, "output_mib": out.stat().st_size / 2**20})
+            runs.append({**timed_import(src, out, args.format), "output_mib": out.stat().st_size / 2**20})
+            rows, seconds, peak = (runs[-1][k] for k in ("records", "seconds", "peak_rss_mib"))
             print(f"run {run + 1}: {rows:,} records in {seconds:.2f} s = {rows / seconds / 1e6:.2f} M records/s, "
-                  f"peak RSS {int(rss_kib) / 1024:.0f} MiB, output {out.stat().st_size / 2**20:.0f} MiB")
+                  f"peak RSS {peak:.0f} MiB, output {out.stat().st_size / 2**20:.0f} MiB")
         cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
         print(f"CPU over all runs: {cpu.ru_utime + cpu.ru_stime:.1f} s on {os.cpu_count()} cores; "
               f"load average now {os.getloadavg()[0]:.2f} (other work on the machine skews the figures)")
