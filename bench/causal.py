@@ -15,7 +15,6 @@ trace, it would look like the application's own time.) Captures and real runs ar
 DIR and reused by later runs with the same DIR (delete them to measure again).
 """
 import argparse
-import contextlib
 import json
 import os
 import signal
@@ -36,7 +35,6 @@ from bench import targets  # noqa: E402
 MIB = 1 << 20
 GIB = 1 << 30
 REPLAY = [sys.executable, "-c", "from replay.cli import main; main()"]
-BLKIO = Path("/sys/fs/cgroup/blkio")
 
 # Fixed work per recipe, small enough for a 2-core machine: (knobs, quick knobs).
 WORKLOADS = {
@@ -50,36 +48,6 @@ WORKLOADS = {
     "boot": (["--timeout", "240"], ["--timeout", "240"]),
 }
 MODES = {"causal": ["--timing", "causal"], "original": [], "afap": ["--afap", "--qd", "32"]}
-
-
-@contextlib.contextmanager
-def root_throttle(device: str, riops: int, wiops: int, bps: int):
-    """Limit every I/O to `device` in the root blkio cgroup (v1), and lift the limits after."""
-    if not (BLKIO / "blkio.throttle.read_iops_device").exists():
-        raise SystemExit("this benchmark needs cgroup v1's blkio controller (root-level throttling "
-                         "of a device, the kernel's writeback included); it is not mounted here")
-    st = os.stat(device)
-    majmin = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-    limits = {"read_iops": riops, "write_iops": wiops, "read_bps": bps, "write_bps": bps}
-    try:
-        for key, value in limits.items():
-            (BLKIO / f"blkio.throttle.{key}_device").write_text(f"{majmin} {value}")
-        yield limits
-    finally:
-        for key in limits:
-            with contextlib.suppress(OSError):
-                (BLKIO / f"blkio.throttle.{key}_device").write_text(f"{majmin} 0")
-
-
-@contextlib.contextmanager
-def stacked_loop(lower: str):
-    """A direct-I/O loop device over the block device `lower`, detached at the end."""
-    dev = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", lower], check=True,
-                         capture_output=True, text=True).stdout.strip()
-    try:
-        yield dev
-    finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
 
 
 def fio_7030(device: str) -> float:
@@ -230,8 +198,8 @@ def main(argv=None):
     table = []
     with targets.shm_loop_device(size=size, span=64 * MIB) as fast, \
             targets.loop_device(size=size, span=64 * MIB) as lower, \
-            root_throttle(lower, a.riops, a.wiops, a.bps * MIB) as limits, \
-            stacked_loop(lower) as slow:
+            targets.root_throttle(lower, a.riops, a.wiops, a.bps * MIB) as limits, \
+            targets.stacked_loop(lower) as slow:
         drives = {"fast": fast, "slow": slow}
         print(f"fast drive: {fast} (loop over /dev/shm)")
         print(f"slow drive: {slow} (loop over {lower}, a loop over /var/tmp throttled in the root "

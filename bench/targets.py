@@ -14,6 +14,7 @@ GIB = 1 << 30
 MIB = 1 << 20
 ZRAM = "/sys/block/zram0"
 ZRAM_CONTROL = "/sys/class/zram-control"
+BLKIO = Path("/sys/fs/cgroup/blkio")
 
 
 def _run(*cmd):
@@ -269,3 +270,33 @@ def drive_pair(size: int = 512 * MIB, span: int | None = None, **slow_limits):
     with shm_loop_device(size=size, span=span) as fast, \
             slow_loop_device(size=size, span=span, **slow_limits) as (slow, throttle):
         yield fast, slow, throttle
+
+
+@contextlib.contextmanager
+def root_throttle(device: str, riops: int, wiops: int, bps: int):
+    """Limit every I/O to `device` in the root blkio cgroup (v1), and lift the limits after."""
+    if not (BLKIO / "blkio.throttle.read_iops_device").exists():
+        raise SystemExit("this needs cgroup v1's blkio controller (root-level throttling "
+                         "of a device, the kernel's writeback included); it is not mounted here")
+    st = os.stat(device)
+    majmin = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    limits = {"read_iops": riops, "write_iops": wiops, "read_bps": bps, "write_bps": bps}
+    try:
+        for key, value in limits.items():
+            (BLKIO / f"blkio.throttle.{key}_device").write_text(f"{majmin} {value}")
+        yield limits
+    finally:
+        for key in limits:
+            with contextlib.suppress(OSError):
+                (BLKIO / f"blkio.throttle.{key}_device").write_text(f"{majmin} 0")
+
+
+@contextlib.contextmanager
+def stacked_loop(lower: str):
+    """A direct-I/O loop device over the block device `lower`, detached at the end."""
+    dev = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", lower], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    try:
+        yield dev
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=False)
