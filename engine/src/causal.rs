@@ -15,6 +15,9 @@ const PENDING: i64 = i64::MIN;
 const NONE: u64 = u64::MAX;
 /// A second parent of u32::MAX: the row (a flush) waits for every earlier row to complete.
 pub const BARRIER: u32 = u32::MAX;
+/// The longest think time, after scaling, that a row may have: a year. No replay waits that
+/// long, and due times stay far from i64's limit (292 years); `Chunk::with_deps` refuses more.
+pub const MAX_THINK_NS: i64 = 365 * 86_400 * 1_000_000_000;
 
 /// Per-row inputs of causal timing.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,6 +26,16 @@ pub struct Deps {
     pub parents: [u32; 2],
     /// The application's own time between the last parent's completion and this I/O's issue.
     pub think_ns: i64,
+}
+
+/// A think time (>= 0) times the think scale (finite, >= 0), rounded, saturating at i64::MAX.
+pub fn scaled_think(think_ns: i64, think_scale: f64) -> i64 {
+    if think_scale == 1.0 {
+        think_ns
+    } else {
+        // `as` saturates at i64::MAX; the clamp states it (the product may be inf).
+        (think_ns as f64 * think_scale).round().min(i64::MAX as f64) as i64
+    }
 }
 
 pub struct Scheduler {
@@ -120,10 +133,11 @@ impl Scheduler {
         }
     }
 
+    /// When row `s` is due: when its last parent completed plus its scaled think time. Inputs
+    /// are checked (`Chunk::with_deps`), yet the sum saturates rather than wrap: a wrapped due
+    /// time would be far in the past and issue the row at once.
     fn due(&self, s: usize) -> i64 {
-        let think = self.think[s];
-        let scaled = if self.think_scale == 1.0 { think } else { (think as f64 * self.think_scale).round() as i64 };
-        self.ready_at[s] + scaled
+        self.ready_at[s].saturating_add(scaled_think(self.think[s], self.think_scale))
     }
 
     /// The ready row due first, as (due, row), without taking it.
@@ -226,6 +240,26 @@ mod tests {
         assert_eq!(s.pop(), None);
         s.complete(2, 100);
         assert_eq!(s.pop(), Some((103, 3)));
+    }
+
+    #[test]
+    fn a_think_time_past_i64_saturates_instead_of_wrapping() {
+        for scale in [1.0, 2.0, 1e308] {
+            let mut s = Scheduler::new(1.0, scale);
+            s.admit(0, deps(0, 0, 0));
+            s.admit(0, deps(1, 0, i64::MAX)); // row 1: i64::MAX after row 0
+            s.admit(0, deps(2, 0, i64::MAX / 2 + 1)); // row 2: after row 0; doubled, past i64::MAX
+            assert_eq!(s.pop(), Some((0, 0)));
+            s.complete(0, 1_000);
+            let mut due = [s.pop(), s.pop()];
+            due.sort();
+            let want = if scale == 1.0 {
+                [Some((i64::MAX / 2 + 1_001, 2)), Some((i64::MAX, 1))]
+            } else {
+                [Some((i64::MAX, 1)), Some((i64::MAX, 2))]
+            };
+            assert_eq!(due, want, "think scale {scale}");
+        }
     }
 
     #[test]

@@ -88,8 +88,8 @@ pub struct Replayer {
     /// A chunk has gone to the engine thread (which then fixes the start).
     pushed: bool,
     max_length: usize,
-    /// Causal timing: every chunk carries parents and think times.
-    causal: bool,
+    /// Causal timing's think scale: then every chunk carries parents and think times.
+    causal: Option<f64>,
 }
 
 /// A block device opened for writing is opened O_EXCL: the kernel then refuses (EBUSY) one
@@ -172,7 +172,10 @@ impl Replayer {
         }
         let pattern = DataPattern::parse(data).map_err(PyValueError::new_err)?;
         let mode = mode_of(timing, speed, think_scale)?;
-        let causal = matches!(mode, Mode::Causal { .. });
+        let causal = match mode {
+            Mode::Causal { think_scale, .. } => Some(think_scale),
+            _ => None,
+        };
         let bufs = Buffers::new(max_length, depth, pattern);
         let file = match (engine, target) {
             ("null", _) => None,
@@ -183,7 +186,7 @@ impl Replayer {
         };
         let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
         // psync replays in open loop and AFAP on a pool whose threads issue their own I/Os.
-        let pool = (engine == "psync" && !causal).then(|| (Psync { fd, is_block }, pool_size(depth, sync_driver)));
+        let pool = (engine == "psync" && causal.is_none()).then(|| (Psync { fd, is_block }, pool_size(depth, sync_driver)));
         let eng: Option<Box<dyn Engine>> = match engine {
             "null" => Some(Box::new(NullEngine::with_service(depth, service_ns))),
             "psync" if pool.is_some() => None,
@@ -249,7 +252,8 @@ impl Replayer {
     /// or length, offset + length past 64 bits, or a read or write longer than `max_length`
     /// raises ValueError naming the row (its index among all rows pushed), and nothing of the
     /// chunk is queued. In causal mode `parent` and `parent2` (uint32: rows back to each
-    /// row's parents, 0 for none) and `think_ns` are required, and checked as well.
+    /// row's parents, 0 for none) and `think_ns` are required, and checked as well: a think
+    /// time that, times think_scale, is more than a year (`causal::MAX_THINK_NS`) is refused.
     #[pyo3(signature = (ts_ns, op, offset, length, flags=None, parent=None, parent2=None, think_ns=None))]
     fn push(
         &mut self,
@@ -279,12 +283,12 @@ impl Replayer {
         )
         .map_err(|e| PyValueError::new_err(format!("push: {e}")))?;
         let chunk = match (self.causal, parent, parent2, think_ns) {
-            (true, Some(p), Some(q), Some(t)) => chunk
-                .with_deps(p.as_slice()?.to_vec(), q.as_slice()?.to_vec(), t.as_slice()?.to_vec())
+            (Some(scale), Some(p), Some(q), Some(t)) => chunk
+                .with_deps(p.as_slice()?.to_vec(), q.as_slice()?.to_vec(), t.as_slice()?.to_vec(), scale)
                 .map_err(|e| PyValueError::new_err(format!("push: {e}")))?,
-            (true, ..) => return Err(PyValueError::new_err("push: causal timing needs parent, parent2 and think_ns")),
-            (false, None, None, None) => chunk,
-            (false, ..) => return Err(PyValueError::new_err("push: parent, parent2 and think_ns are for causal timing")),
+            (Some(_), ..) => return Err(PyValueError::new_err("push: causal timing needs parent, parent2 and think_ns")),
+            (None, None, None, None) => chunk,
+            (None, ..) => return Err(PyValueError::new_err("push: parent, parent2 and think_ns are for causal timing")),
         };
         let mut chunk = Some(chunk);
         let input = self.input.as_ref().ok_or_else(|| PyRuntimeError::new_err("push after close"))?;

@@ -13,7 +13,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::Duration;
 
 use crate::backend::{Engine, Io, IoKind, Wait, FLAG_FUA, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE};
-use crate::causal::{Deps, Scheduler, BARRIER, WINDOW};
+use crate::causal::{scaled_think, Deps, Scheduler, BARRIER, MAX_THINK_NS, WINDOW};
 use crate::clock::{intended_ns, thread_cpu_ns, Clock, SPIN_NS};
 use crate::data::Buffers;
 
@@ -119,8 +119,8 @@ impl Chunk {
 
     /// The chunk with causal timing's columns, checked: one length with the chunk, parents at
     /// most `WINDOW - 1` rows back (the rows the scheduler holds) or, for parent2, BARRIER (all
-    /// earlier rows), think times >= 0.
-    pub fn with_deps(mut self, parent: Vec<u32>, parent2: Vec<u32>, think_ns: Vec<i64>) -> Result<Self, BadRow> {
+    /// earlier rows), think times >= 0 and, times `think_scale`, at most `MAX_THINK_NS`.
+    pub fn with_deps(mut self, parent: Vec<u32>, parent2: Vec<u32>, think_ns: Vec<i64>, think_scale: f64) -> Result<Self, BadRow> {
         let n = self.len();
         if parent.len() != n || parent2.len() != n || think_ns.len() != n {
             return Err(BadRow { row: self.base, problem: "the causal columns must have the chunk's length".into() });
@@ -134,6 +134,13 @@ impl Chunk {
             }
             if think_ns[i] < 0 {
                 return Err(BadRow { row: self.base + i as u64, problem: format!("negative think time {}", think_ns[i]) });
+            }
+            if scaled_think(think_ns[i], think_scale) > MAX_THINK_NS {
+                let problem = format!(
+                    "a think time of {} ns (x{think_scale} think scale) is more than a year, longer than any replay can wait",
+                    think_ns[i]
+                );
+                return Err(BadRow { row: self.base + i as u64, problem });
             }
         }
         self.deps = Some(ChunkDeps { parent, parent2, think_ns });
@@ -924,7 +931,7 @@ mod tests {
             .map(|(k, part)| {
                 let n = part.len();
                 chunk((k * step) as u64, part.iter().map(|r| r.0).collect())
-                    .with_deps(part.iter().map(|r| r.1).collect(), vec![0; n], part.iter().map(|r| r.2).collect())
+                    .with_deps(part.iter().map(|r| r.1).collect(), vec![0; n], part.iter().map(|r| r.2).collect(), think_scale)
                     .unwrap()
             })
             .collect();
@@ -1015,9 +1022,17 @@ mod tests {
     #[test]
     fn causal_columns_are_checked() {
         let c = || chunk(10, vec![0, 1]);
-        assert!(c().with_deps(vec![0], vec![0, 0], vec![0, 0]).is_err());
-        let e = c().with_deps(vec![0, WINDOW as u32], vec![0, 0], vec![0, 0]).err().unwrap();
+        assert!(c().with_deps(vec![0], vec![0, 0], vec![0, 0], 1.0).is_err());
+        let e = c().with_deps(vec![0, WINDOW as u32], vec![0, 0], vec![0, 0], 1.0).err().unwrap();
         assert_eq!(e.row, 11);
-        assert!(c().with_deps(vec![0, 0], vec![0, 0], vec![0, -1]).err().unwrap().problem.contains("negative think"));
+        assert!(c().with_deps(vec![0, 0], vec![0, 0], vec![0, -1], 1.0).err().unwrap().problem.contains("negative think"));
+        // A year of think time passes, a nanosecond more does not, nor a year scaled up.
+        assert!(c().with_deps(vec![0, 1], vec![0, 0], vec![0, MAX_THINK_NS], 1.0).is_ok());
+        let e = c().with_deps(vec![0, 1], vec![0, 0], vec![0, MAX_THINK_NS + 1], 1.0).err().unwrap();
+        assert_eq!(e.row, 11);
+        assert!(e.problem.contains("more than a year"), "{}", e.problem);
+        assert!(c().with_deps(vec![0, 1], vec![0, 0], vec![0, MAX_THINK_NS], 1.5).is_err());
+        assert!(c().with_deps(vec![0, 1], vec![0, 0], vec![0, i64::MAX], 1e308).is_err());
+        assert!(c().with_deps(vec![0, 1], vec![0, 0], vec![0, i64::MAX], 0.0).is_ok());
     }
 }

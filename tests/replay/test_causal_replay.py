@@ -68,6 +68,63 @@ def test_causal_replay_of_a_closed_loop_model_follows_its_dependencies_exactly(m
     np.testing.assert_array_equal(res["intended_ns"][roots], cols["ts_ns"][roots])
 
 
+YEAR_NS = 365 * 86_400 * 10**9
+
+
+def _two_rows(rep, think):
+    """Push row 0 (a root at 0) and row 1 (waits for row 0, then `think` ns)."""
+    rep.push(np.zeros(2, np.int64), np.zeros(2, np.uint8), np.array([0, 4096]), np.full(2, 4096), None,
+             parent=np.array([0, 1], np.uint32), parent2=np.zeros(2, np.uint32), think_ns=np.array([0, think]))
+
+
+def _results(rep):
+    out = []
+    while (got := rep.take(True)) is not None:
+        out.append(got)
+    rep.join()
+    return {k: np.concatenate([o[i] for o in out]) for i, k in enumerate(("intended_ns", "issue_ns", "complete_ns", "result"))}
+
+
+@pytest.mark.parametrize("think,scale", [(2**63 - 1, 1.0), (YEAR_NS + 1, 1.0), (YEAR_NS, 1.5), (1, 1e308)])
+def test_a_think_time_no_replay_can_wait_is_refused_naming_its_row(think, scale):
+    # Its due time would pass i64's limit or be more than a year out: it once wrapped to a
+    # time far in the past and went at once. The chunk is refused whole; the run goes on.
+    from replay import _engine
+
+    rep = _engine.Replayer(None, engine="null", timing="causal", think_scale=scale, service_ns=1000, max_length=4096)
+    with pytest.raises(ValueError, match=r"^push: row 1: a think time of \d+ ns .* is more than a year"):
+        _two_rows(rep, think)
+    _two_rows(rep, 0)
+    rep.close()
+    res = _results(rep)
+    assert len(res["result"]) == 2 and (res["result"] == 4096).all()
+    assert res["intended_ns"][1] == res["complete_ns"][0]
+
+
+def test_a_think_time_of_a_year_is_waited_for_and_a_zero_scale_takes_it_off():
+    import time
+
+    from replay import _engine
+
+    # A year is the most a row may think: it is due a year after its parent, so it is not
+    # issued before the run is stopped (a wrapped due time would send it at once).
+    rep = _engine.Replayer(None, engine="null", timing="causal", service_ns=1000, max_length=4096)
+    _two_rows(rep, YEAR_NS)
+    rep.close()
+    time.sleep(0.2)
+    assert rep.take(False) is None, "row 1 went before its due time"
+    rep.stop()
+    intended, issue, complete, result, issued = rep.take(True)
+    assert rep.join()["interrupted"] is True
+    assert issued == 1 and issue[0] >= 0 and issue[1] == -1 and result[0] == 4096
+    # With think_scale 0 even i64's largest think time is nothing: row 1 follows row 0.
+    rep = _engine.Replayer(None, engine="null", timing="causal", think_scale=0.0, service_ns=1000, max_length=4096)
+    _two_rows(rep, 2**63 - 1)
+    rep.close()
+    res = _results(rep)
+    assert (res["result"] == 4096).all() and res["intended_ns"][1] == res["complete_ns"][0]
+
+
 def test_causal_replay_of_a_bundled_trace_keeps_every_row_and_records_the_mode(tmp_path):
     out = tmp_path / "blob.parquet"
     done = replay_cli("run", "blob", "--engine", "null", "--timing", "causal", "-o", out, timeout=300)
