@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass
 
 from analysis import scoring
+from replay.options import MAX_DEPTH
 from traces.errors import ReplayError
 from traces.units import YEAR_S
 
@@ -36,6 +37,19 @@ STEADY_70_30_S = 21600.0
 STEADY_70_30_WINDOW_S = 500.0
 QD_SCALING = (1, 2, 4, 8, 16, 32)
 ACT_PERIOD_S = float(scoring.ACT_PERIOD_S)
+# ACT's concurrency as seed 000 ran it ("the default settings for queue and thread counts ...
+# a total of 64 threads"): the queue-era ACT deals its reads round-robin to num-queues
+# transaction queues, each served by threads-per-queue threads doing one synchronous read at
+# a time, and times each read from when it was queued. Its act_config_helper.py writes
+# num-queues 8 and threads-per-queue 8 (Aerospike's "Advanced Flash Device Sizing", the ACT 4
+# guide), so at most 64 transactions are outstanding; a transaction that finds every thread
+# busy waits, and that wait is in its latency. ACT 6 replaced both with service-threads
+# (5 x the CPUs).
+ACT_QUEUES = 8
+ACT_THREADS_PER_QUEUE = 8
+ACT_THREADS = ACT_QUEUES * ACT_THREADS_PER_QUEUE
+# The review's search "start[s] at an unsustainably high rate (at least 150x)".
+ACT_SEARCH_START = 150
 PTS_ELEMENT_S = 60.0
 ROUND_S = 60.0
 # SNIA PTS 2.0.2: IOPS test mixes x block sizes, latency test mixes x sizes at QD1.
@@ -82,9 +96,10 @@ class BenchOptions:
     window_s: float | None = None  # steady: the scored last window (400 s scaled)
     round_s: float | None = None  # steady: the steady-state round (60 s scaled)
     max_rounds: int = scoring.PTS_MAX_ROUNDS  # pts: rounds before giving up (steady checks all)
-    multiple: float = 1.0  # act: the load multiple
+    # act: the load multiple (None: 1); with `search`, where the search starts instead of `start`
+    multiple: float | None = None
     search: bool = False  # act: step down from `start` to the highest passing multiple
-    start: int = 150
+    start: int = ACT_SEARCH_START
     step: int = 10
     period_s: float | None = None  # act: the scoring period (an hour, scaled)
     block_sizes: tuple | None = None  # pts IOPS test block sizes (bytes)
@@ -102,6 +117,7 @@ class BenchOptions:
     chunk_rows: int = 1 << 16
     act_prep: bool = True  # act: act_prep (zeros, then random data over the whole target) first
     act_latency: str = "intended"  # act: scoring.ACT_LATENCY key; "issue" is ACT 6's
+    act_threads: int = ACT_THREADS  # act: the most I/Os outstanding (ACT's transaction threads)
     # Over-provisioning percents, one pass of the whole test each, in order (seed 003: 0 then
     # 25). A pass at P > 0 discards the whole target, then keeps every I/O, its fill's
     # included, in the first (100 - P) % (whole MiB); its runs are named opP-RUN.
@@ -132,8 +148,14 @@ def check_numbers(o: BenchOptions) -> None:
                              f"at most {MAX_RUN_S:,.0f} (a year), not {value}")
     if not 0.0 <= o.read_share <= 1.0:
         raise BenchError(f"--read-share must be from 0 to 100 percent, not {o.read_share * 100:g}")
-    if not 0 < o.multiple <= MAX_MULTIPLE:
+    if o.multiple is not None and not 0 < o.multiple <= MAX_MULTIPLE:
         raise BenchError(f"--multiple must be above 0 and at most {MAX_MULTIPLE:,}, not {o.multiple}")
+    if o.search and o.multiple is not None and o.multiple != int(o.multiple):
+        raise BenchError(f"--search steps by whole multiples, so the --multiple it starts from must "
+                         f"be whole, not {o.multiple:g}")
+    if not (isinstance(o.act_threads, int) and 1 <= o.act_threads <= MAX_DEPTH):
+        raise BenchError(f"--act-threads must be from 1 to {MAX_DEPTH} (the engine's limit on I/Os "
+                         f"in flight), not {o.act_threads}")
     for name in ("start", "step"):
         if not 1 <= getattr(o, name) <= MAX_MULTIPLE:
             raise BenchError(f"--{name} must be a whole multiple from 1 to {MAX_MULTIPLE:,}, "

@@ -4,7 +4,8 @@ and `replay bench --list`'s description of each.
 from dataclasses import dataclass
 
 from analysis import scoring
-from replay.bench.options import (ACT_PERIOD_S, GIB, MIX_POINT_S, MIX_SPAN, QD_SCALING,
+from replay.bench.options import (ACT_PERIOD_S, ACT_QUEUES, ACT_SEARCH_START, ACT_THREADS,
+                                  ACT_THREADS_PER_QUEUE, GIB, MIX_POINT_S, MIX_SPAN, QD_SCALING,
                                   READ_SHARES, ROUND_S, SIX_SHARES, STEADY_70_30_PRECONDITION_S,
                                   STEADY_70_30_S, STEADY_70_30_WINDOW_S, STEADY_S, BenchError,
                                   BenchOptions, percent, split_label)
@@ -44,9 +45,13 @@ PRESETS = {p.name: p for p in (
            "70/30, the whole target, a whole-target fill, 3 min a point"),
     Preset("seed000-act", "act", SEED_000, "AnandTech, Kingston DC500 (2019): Aerospike ACT",
            "act_prep, then ACT from 150x stepping down by 10x until a full hour passes the "
-           "1/8/64 ms limits, then narrowed; latency from the due time (the queue-era ACT)",
-           {"search": True, "start": 150, "step": 10, "duration_s": ACT_PERIOD_S,
-            "period_s": ACT_PERIOD_S}),
+           "1/8/64 ms limits, then narrowed; latency from the due time (the queue-era ACT), "
+           "at most 64 transactions outstanding (ACT's default queues and threads)",
+           {"search": True, "start": ACT_SEARCH_START, "step": 10, "duration_s": ACT_PERIOD_S,
+            "period_s": ACT_PERIOD_S, "act_threads": ACT_THREADS},
+           "how large-block I/O and the queues share the threads: ACT runs its large-block reads "
+           "and writes on one thread each, and deals reads round-robin to 8 queues of 8 threads; "
+           "here all share one pool of 64 in-flight slots, taken in the order due"),
     Preset("seed001-mix", "mix", SEED_001, "AnandTech, Samsung SM951 (2015): mixed random",
            "whole-target 128 KiB sequential fill, then 4 KiB random over a 16 GiB span at QD3 "
            "(1x3), 100 % reads adding 20 % writes a phase (six mixes); MB/s and their average",
@@ -136,8 +141,11 @@ def describe_preset(preset: Preset) -> list[str]:
             params.append("then reads " + "/".join(str(percent(x)) for x in o.read_shares)
                           + f" % at 1x32, {o.point_s:g} s each")
     if test == "act":
-        params += [f"search from {o.start}x by {o.step}x", f"period {o.period_s:g} s",
-                   "act_prep first", "latency from the due time (queue-era ACT)"]
+        params += [f"search from {o.start}x (or --multiple) by {o.step}x", f"period {o.period_s:g} s",
+                   "act_prep first", "latency from the due time (queue-era ACT)",
+                   f"at most {o.act_threads} I/Os outstanding, later ones waiting their turn "
+                   f"(ACT's {ACT_QUEUES} queues x {ACT_THREADS_PER_QUEUE} threads per queue, the "
+                   "defaults of its config helper that seed 000 ran: \"a total of 64 threads\")"]
     if o.duration_s:
         params.append(f"duration {o.duration_s:g} s" + (" a point" if test in ("mix", "seqmix") else ""))
     if o.op != (0,):

@@ -150,9 +150,10 @@ def act(bench):
         # own early stop (ActWatch) gave up on it first.
         grace = max(5.0, duration / 2)
         gave_up = None
-        try:
+        try:  # at most ACT's transaction threads' worth outstanding, the rest waiting in order
             bench.run_one(f"act-x{multiple:g}", "measure", gen, afap=False, qd=1,
-                         time_limit_s=duration + grace, consumers=[bins, late, watch])
+                         max_inflight=o.act_threads, time_limit_s=duration + grace,
+                         consumers=[bins, late, watch])
         except scoring.ActGaveUp as e:
             gave_up = str(e)
         finally:
@@ -166,15 +167,20 @@ def act(bench):
                                            "gave_up": gave_up, "lateness": lateness})
         return verdict["passed"]
 
+    bench.scores["act_threads"] = o.act_threads
     if o.search:
-        bench.scores["tried"] = []
+        # --multiple, when given, is where the search starts (the review started at 150x).
+        start = int(o.multiple) if o.multiple is not None else o.start
+        bench.scores.update(tried=[], search_start=start,
+                            search_start_from="multiple" if o.multiple is not None else "start")
         search = scoring.act_search(lambda m: record_try(bench, m, attempt(m)),
-                                    start=o.start, step=o.step)
+                                    start=start, step=o.step)
         bench.scores.update(act_multiple=search.score, passed=search.score > 0,
                            at_start=search.at_start)
     else:
-        passed = attempt(o.multiple)
-        bench.scores.update(act_multiple=o.multiple, passed=passed)
+        multiple = 1.0 if o.multiple is None else o.multiple
+        passed = attempt(multiple)
+        bench.scores.update(act_multiple=multiple, passed=passed)
 
 def record_try(bench, multiple, passed):
     bench.scores["tried"].append({"multiple": multiple, "passed": passed})

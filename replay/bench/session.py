@@ -211,22 +211,25 @@ class Bench:
         write_index(self.out_dir, results)
         return results
 
-    def run_one(self, name, role, generator, *, qd=32, workers=1, afap=True,
+    def run_one(self, name, role, generator, *, qd=32, workers=1, afap=True, max_inflight=None,
                 time_limit_s=None, consumers=(), data="random"):
-        """Run one generator on the target into DIR/<name>.parquet and record it. A run that
-        ACT gave up on (scoring.ActGaveUp from a consumer) is recorded, then re-raised."""
+        """Run one generator on the target into DIR/<name>.parquet and record it; an open-loop
+        run (not `afap`) keeps at most `max_inflight` I/Os in flight (default the replayer's).
+        A run that ACT gave up on (scoring.ActGaveUp from a consumer) is recorded, then re-raised."""
         o = self.options
         # An open-loop run hands its results over in smaller chunks, so that a consumer
         # watching it (ACT's early stop) hears of a backlog within seconds.
         chunk_rows = o.chunk_rows if afap else min(o.chunk_rows, 4096)
+        limits = {} if max_inflight is None else {"max_inflight": max_inflight}
         options = RunOptions(timing="afap" if afap else "original", qd=qd, workers=workers, engine=o.engine,
+                             **limits,
                              destroy_data=True,  # checked once, before the first run
                              force=True,  # -o DIR's files of the same names are replaced
                              time_limit_s=time_limit_s, chunk_rows=chunk_rows, data=data)
         name = op_prefix(self.op) + name
         file = f"{name}.parquet"
         parameters = {"generator": generator.name, **generator.parameters(), "afap": afap,
-                      "qd": qd, "workers": workers, "time_limit_s": time_limit_s, "data": data,
+                      "qd": qd, "workers": workers, **limits, "time_limit_s": time_limit_s, "data": data,
                       "op": self.op}
         said = {"test": self.test, "run": name, "role": role, **({"op": self.op} if self.op else {})}
         try:

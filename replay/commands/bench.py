@@ -31,6 +31,7 @@ _FIELDS = {"duration": "duration_s", "span": "span", "window": "window_s", "roun
            "data": "data", "read_share": "read_share", "precondition": "precondition_s",
            "point": "point_s", "qd_scaling": "qd_scaling", "seed": "seed", "engine": "engine",
            "destroy_data": "destroy_data", "no_prep": "act_prep", "act_latency": "act_latency",
+           "act_threads": "act_threads",
            "op": "op", "power_log": "power_log", "power_columns": "power_columns",
            "power_time_unit": "power_time_unit", "power_start": "power_start"}
 # Options that say how to run or measure, not what: given with a preset, not its overrides.
@@ -115,8 +116,10 @@ def bench(
     max_rounds: Annotated[int, typer.Option(
         help="pts: rounds of the SNIA steady-state check before giving up (steady checks every "
              "round of its run).")] = 25,
-    multiple: Annotated[float, typer.Option(
-        help="act: the load multiple X (2,000 X reads and 1,000 X writes per second).")] = 1.0,
+    multiple: Annotated[Optional[float], typer.Option(
+        help="act: the load multiple X (2,000 X reads and 1,000 X writes per second; default 1). "
+             "With --search, and in seed000-act, where the search starts instead of --start.",
+        show_default=False)] = None,
     search: Annotated[bool, typer.Option(
         "--search",
         help="act: start at --start and step down by --step to the highest passing multiple, then "
@@ -131,6 +134,11 @@ def bench(
         "--no-prep",
         help="act: skip act_prep (zeros over the whole target, then random data) before the first "
              "run.")] = False,
+    act_threads: Annotated[int, typer.Option(
+        "--act-threads",
+        help="act: the most I/Os outstanding at once, ACT's transaction threads; a transaction "
+             "due while all are busy waits for one, and the wait is in its latency. Default 64: "
+             "the 8 queues x 8 threads per queue of ACT's config helper, as seed 000 ran it.")] = 64,
     act_latency: Annotated[str, typer.Option(
         "--act-latency",
         help="act: which ACT's latency is scored: intended (the queue-era ACT of seed 000: from "
@@ -229,7 +237,7 @@ def bench(
             engine=engine and engine.value, destroy_data=destroy_data, seed=seed, window_s=window,
             round_s=round_, max_rounds=max_rounds, multiple=multiple, search=search,
             start=start, step=step, period_s=period, act_prep=not no_prep,
-            act_latency=act_latency,
+            act_latency=act_latency, act_threads=act_threads,
             block_sizes=tuple(parse_size(s) for s in block_sizes.split(",")) if block_sizes else None,
             fill=not no_fill, fill_bytes=parse_size(fill) if fill else None,
             qd_splits=tuple(parse_split(x) for x in qd.split(",")) if qd else None,
