@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis import plots
+from analysis import act_chart, plots
 from analysis.compare import target_label
 from analysis.histogram import LatencyHistogram, bin_lower
 from analysis.results import Results, ResultsError, ResultsSet, load
@@ -454,6 +454,7 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
         figures.append(("steady_iops", "Steady-state test: IOPS per second (the consistency picture).",
                         plots.over_time(series, "Steady state: IOPS over time", "IOPS", scatter=True)))
     figures += _bench_figures(sets)
+    figures += act_chart.report_figures(sets, colours)
 
     verdict_html, notes = "", []
     if len(targets) == 2:

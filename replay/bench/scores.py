@@ -4,7 +4,7 @@ rounds), and the console table of a results set.
 import math
 from dataclasses import asdict
 
-from analysis import scoring
+from analysis import act_chart, scoring
 from analysis.summary import RunSummary
 from replay.bench.options import SECOND_NS, VERDICT_MIX_KEY, percent, size_label, split_label
 
@@ -202,6 +202,10 @@ def _score_lines(test: str, s: dict) -> list[str]:
                 lines.append(f"  warning: {p['lateness']['warning']}")
         if "act_multiple" in s:
             lines.append(f"ACT score: {s['act_multiple']:g}x ({'passed' if s['passed'] else 'failed'})")
+        if s.get("act_threads"):
+            lines.append(f"at most {s['act_threads']} transactions outstanding (ACT's threads)")
+        if act_chart.start_words(s):
+            lines.append(act_chart.start_words(s))
     elif test == "pts":
         if s.get("purge"):
             lines.append(f"purge: {s['purge']['method']}; a PTS purge here: "
