@@ -168,21 +168,16 @@ def offset_heatmap(counts: np.ndarray, t_edges_s: np.ndarray, offset_edges: np.n
     return fig
 
 
-def mix_sweep(tables: dict[str, list[dict]], title="Random mix sweep: IOPS by read share"):
-    """`tables`: {target label: rows with read_share (0..1), qd, iops and optionally workers};
-    one line per target and queue depth (and worker count); log IOPS when they span decades."""
+def mix_sweep(chart, title="Random mix sweep: IOPS by read share"):
+    """`chart`: an analysis.bench_charts.SweepChart of IOPS; one line per target and sweep
+    (queue-depth split and data pattern); log IOPS when they span decades."""
     fig, ax = _figure(title)
-    lowest, highest = np.inf, 0.0
-    for label, rows in tables.items():
-        for qd, workers in sorted({(r["qd"], r.get("workers", 1)) for r in rows}):
-            pts = sorted((float(r["read_share"]), float(r["iops"])) for r in rows
-                         if r["qd"] == qd and r.get("workers", 1) == workers)
-            x, y = zip(*pts)
-            name = f"{label} {workers} x QD{qd}" if workers > 1 else f"{label} QD{qd}"
-            ax.plot(np.array(x) * 100, y, marker="o", label=name)
-            lowest, highest = min(lowest, min(y)), max(highest, max(y))
+    _colours(ax, len(chart.lines))
+    values = [y for _, ys in chart.lines.values() for y in ys]
+    for name, (x, y) in chart.lines.items():
+        ax.plot(np.array(x) * 100, y, marker="o", label=name)
     ax.set_xlabel("reads (% of I/Os)")
-    if 0 < lowest and highest > 20 * lowest:
+    if values and 0 < min(values) and max(values) > 20 * min(values):
         ax.set_yscale("log")
         ax.set_ylabel("IOPS (log scale)")
     else:
@@ -206,52 +201,83 @@ def steady_rounds(rounds: dict[str, np.ndarray], title="Steady-state rounds"):
 
 # ---- the reviews' own pictures of replay bench results sets ---------------------------------
 
-SIX_SHARES = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)  # seed 001's six mixes, whose MB/s it averages
-
-
-def _sweep_name(row) -> str:
-    """A mix table row's sweep: its workers x QD split, and a data pattern other than random."""
-    split = row.get("split") or f"{row.get('workers', 1)}x{row['qd']}"
-    data = row.get("data", "random")
-    return split + ("" if data == "random" else f" {data}")
-
-
-def sweep_mb(tables: dict[str, list[dict]], title="Mix sweep: MB/s by read share"):
-    """`tables`: {target label: results-set table rows (read_share, mb_per_s, split or qd and
-    workers, data)}. The reviews' MB/s picture: one line per target and sweep, reads from
-    100 % at the left to 0 %, and beside it seed 001's bar, the average MB/s of the six mixes
-    100/80/.../0 % reads, for each line that has all six."""
-    fig, (ax, bar) = plt.subplots(1, 2, figsize=_SIZE, dpi=_DPI, layout="constrained",
-                                  gridspec_kw={"width_ratios": (3, 1)})
+def sweep_mb(chart, title="Mix sweep: MB/s by read share"):
+    """`chart`: an analysis.bench_charts.SweepChart of MB/s. The reviews' MB/s picture: one
+    line per target and sweep, reads from 100 % at the left to 0 %, and beside it the bars
+    the lines have, each in its line's colour: seed 000's 70/30 headline and seed 001's
+    average of the six mixes."""
+    panels = [(values, name) for values, name in ((chart.headline, "70/30\n(the headline)"),
+                                                  (chart.average, "average of\nthe six mixes"))
+              if values]
+    fig, axes = plt.subplots(1, 1 + len(panels), figsize=(_SIZE[0] + 1.2 * len(panels), _SIZE[1]),
+                             dpi=_DPI, layout="constrained", squeeze=False,
+                             gridspec_kw={"width_ratios": (4, *[1] * len(panels))})
+    ax = axes[0][0]
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    averages = {}
-    for label, rows in tables.items():
-        for sweep in dict.fromkeys(_sweep_name(r) for r in rows):
-            pts = sorted((float(r["read_share"]), float(r["mb_per_s"])) for r in rows
-                         if _sweep_name(r) == sweep)
-            x, y = zip(*pts)
-            ax.plot(np.array(x) * 100, y, marker="o", label=f"{label} {sweep}")
-            six = {share: mb for share, mb in pts if share in SIX_SHARES}
-            if len(six) == len(SIX_SHARES):
-                averages[f"{label} {sweep}"] = sum(six.values()) / len(six)
+    _colours(ax, len(chart.lines))
+    colour = {}
+    for name, (x, y) in chart.lines.items():
+        (line,) = ax.plot(np.array(x) * 100, y, marker="o", label=name)
+        colour[name] = line.get_color()
     ax.set_xlim(102, -2)  # 100 % reads first, as the reviews draw it
     ax.set_xlabel("reads (% of I/Os)")
-    ax.set_ylabel("MB/s")
+    ax.set_ylabel(chart.unit)
     ax.set_ylim(bottom=0)
     _legend(ax)
-    bar.set_title("average of the six mixes", fontsize="small")
-    if averages:
-        names = list(averages)
-        bar.barh(range(len(names)), [averages[n] for n in names], color="tab:blue")
-        bar.set_yticks(range(len(names)), names, fontsize="x-small")
-        bar.invert_yaxis()
-    else:
-        bar.set_yticks([])
-        bar.text(0.5, 0.5, "no sweep has\nall six mixes", ha="center", va="center",
-                 transform=bar.transAxes, fontsize="small")
-    bar.set_xlabel("MB/s")
-    bar.grid(True, axis="x", alpha=0.3)
+    for bar, (values, name) in zip(axes[0][1:], panels):
+        names = list(values)
+        bars = bar.bar(range(len(names)), [values[n] for n in names], color=[colour[n] for n in names])
+        bar.bar_label(bars, [_short(values[n]) for n in names], fontsize="x-small", rotation=90,
+                      padding=2)
+        bar.set_title(name, fontsize="small")
+        bar.set_xticks([])
+        bar.set_ylim(0, max(values.values()) * 1.3 or 1)
+        bar.set_ylabel(chart.unit)
+        bar.grid(True, axis="y", alpha=0.3)
+    return fig
+
+
+def _short(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def point_bars(chart):
+    """`chart`: an analysis.bench_charts.PointChart, one test of single points (seed 004's
+    "4KB Random Write, QD=3"): a bar per target and data pattern, its value written beside it."""
+    fig, ax = plt.subplots(figsize=(_SIZE[0], 1.2 + 0.35 * max(len(chart.bars), 2)), dpi=_DPI,
+                           layout="constrained")
+    names = list(chart.bars)
+    bars = ax.barh(range(len(names)), [chart.bars[n] for n in names], color="tab:blue")
+    ax.bar_label(bars, [_short(chart.bars[n]) for n in names], fontsize="x-small", padding=2)
+    ax.set_yticks(range(len(names)), names, fontsize="x-small")
+    ax.invert_yaxis()
+    ax.set_title(chart.title)
+    ax.set_xlabel(chart.unit)
+    ax.set_xlim(0, max(chart.bars.values()) * 1.25 or 1)
+    ax.grid(True, axis="x", alpha=0.3)
+    return fig
+
+
+def latency_distribution(ranges: dict[str, list[tuple[str, float]]],
+                         title="Latency distribution of the scored window"):
+    """`ranges`: {label: [(latency range, share of I/Os)]} (analysis.bench_charts
+    .latency_ranges); grouped bars in % of I/Os, the last range (over the slow limit, the
+    consistency warning) hatched."""
+    fig, ax = _figure(title)
+    names = list(dict.fromkeys(r for rows in ranges.values() for r, _ in rows))
+    width = 0.8 / max(len(ranges), 1)
+    for i, (label, rows) in enumerate(ranges.items()):
+        share = dict(rows)
+        x = np.arange(len(names)) + (i - (len(ranges) - 1) / 2) * width
+        bars = ax.bar(x, [share.get(n, 0.0) * 100 for n in names], width, label=label)
+        bars[-1].set_hatch("//")
+    ax.set_xticks(range(len(names)), names, fontsize="x-small", rotation=30, ha="right")
+    ax.set_xlabel("device latency (complete - issue) range; hatched: the consistency warning")
+    ax.set_ylabel("I/Os (%)")
+    ax.set_ylim(bottom=0)
+    ax.grid(False, axis="x")
+    _legend(ax)
     return fig
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis import act_chart, plots
+from analysis import act_chart, bench_charts, plots, score_labels
 from analysis.compare import target_label
 from analysis.histogram import LatencyHistogram, bin_lower
 from analysis.results import Results, ResultsError, ResultsSet, load
@@ -31,6 +31,7 @@ class _Item:
     path: Path
     label: str
     loaded: Results | ResultsSet
+    repeat: str = ""  # what tells this input from another of its test or trace on its target
 
     @property
     def partial(self) -> bool:
@@ -39,7 +40,25 @@ class _Item:
     @property
     def tag(self) -> str:
         """Legend entry: target label and trace or test, marked when partial."""
-        return f"{self.label}: {self.loaded.name}" + (" (partial)" if self.partial else "")
+        return f"{self.label}: {self.loaded.name}{self.repeat}" + (" (partial)" if self.partial else "")
+
+
+def _tell_apart(items) -> None:
+    """Two inputs of one test or trace on one target would share a legend entry, and the
+    second replace the first in every chart: each is told apart by its file or directory
+    name, or numbered where those are the same too."""
+    count = {}
+    for it in items:
+        count[it.tag] = count.get(it.tag, 0) + 1
+    taken = set()
+    for it in items:
+        if count[it.tag] > 1:
+            it.repeat = f" ({it.path.name})"
+            n, base = 1, it.repeat
+            while it.tag in taken:
+                n += 1
+                it.repeat = f"{base[:-1]} #{n})"
+        taken.add(it.tag)
 
 
 @dataclass
@@ -183,50 +202,18 @@ def _mode(r) -> str:
     return f"afap QD{run.get('qd')}" if r.closed_loop else f"timed x{r.speed:g}"
 
 
-def _number(v: float) -> str:
-    """33,220 or 0.25: grouped digits, never scientific notation."""
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}" if abs(v) >= 1e-3 else f"{v:.2g}"
-
-
-def _split_words(split: str) -> str:
-    """A bench split key "1x32" (workers x QD) in the verdict's words: "QD32", "32 workers x QD1"."""
-    workers, _, qd = split.partition("x")
-    if not (workers.isdigit() and qd.isdigit()):
-        return split
-    return f"QD{qd}" if workers == "1" else f"{workers} workers x QD{qd}"
-
-
 def _score_words(test: str, scores: dict) -> list[str]:
-    """A results set's numeric scores as the verdict and the console say them ("70/30 QD32:
-    33,220 IOPS"), the verdict's score first; lists and tables are left to the plots."""
+    """A results set's numeric scores in words (analysis.score_labels, the one table): "70/30
+    QD32: 33,220 IOPS", the verdict's score first; lists and tables are left to the plots."""
     out, seen = [], set()
     known = SYNTHETIC_SCORES.get(test)
     if known and isinstance(scores.get(known[0]), (int, float)):
         key, label, unit = known
-        v = scores[key]
-        out.append(f"{label}: {v:g}x load" if unit == "x load" else f"{label}: {_number(v)} {unit}")
+        out.append(f"{label}: {score_labels.value_words(scores[key], unit)}")
         seen.add(key)
-    for key, v in scores.items():
-        if key in seen or isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        for prefix, what, unit in (("iops_70_30_", "70/30", "IOPS"), ("mb_per_s_70_30_", "70/30", "MB/s"),
-                                   ("mb_per_s_average_", "average of the six mixes,", "MB/s")):
-            if key.startswith(prefix):
-                split, _, data = key[len(prefix):].partition("_")
-                out.append(f"{what} {_split_words(split)}{' ' + data if data else ''}: {_number(v)} {unit}")
-                break
-        else:
-            words = {"steady_iops": ("steady state", "IOPS"), "stddev_iops": ("standard deviation", "IOPS"),
-                     "consistency": ("consistency (average / standard deviation)", ""),
-                     "act_multiple": ("ACT", "x load"), "read_share": ("reads", "%"),
-                     "slow_share": ("I/Os over the slow limit", "%"), "window_s": ("scored window", "s")}
-            label, unit = words.get(key, (key.replace("_", " "), ""))
-            if unit == "%":
-                out.append(f"{label}: {v * 100:.3g} %")
-            elif unit == "x load":
-                out.append(f"{label}: {v:g}x load")
-            else:
-                out.append(f"{label}: {_number(v)}{' ' + unit if unit else ''}")
+    for key, v in score_labels.numeric(scores).items():
+        if key not in seen:
+            out.append(score_labels.words(key, v) or f"{key}: {score_labels.number(v)}")
     passed = scores.get("passed")
     if isinstance(passed, bool):
         out.append("passed" if passed else "failed")
@@ -254,7 +241,7 @@ def _suite_html(item) -> str:
              _fmt_ns(w.run_time_ns), "-" if w.run_time_ratio is None else f"{w.run_time_ratio:.2f}x",
              f"{w.data_rate / 1e6:,.1f}", _fmt_ns(w.read.mean_ns), _fmt_ns(w.read.p99_ns),
              _fmt_ns(w.write.mean_ns), _fmt_ns(w.write.p99_ns)] for w in [*s.workloads, s.overall]]
-    score = "-" if s.composite is None else _number(s.composite)
+    score = "-" if s.composite is None else score_labels.number(s.composite)
     return (f"<h3>{html.escape(item.label)}, {html.escape(s.timing)} timing</h3>"
             + _table(["workload", "run time", "vs capture", "MB/s", "read avg", "read p99", "write avg",
                       "write p99"], rows)
@@ -268,7 +255,7 @@ def _verdict_html(v) -> str:
     a, b = html.escape(v.label_a), html.escape(v.label_b)
     synth = _table(["synthetic test", f"A: {v.label_a}", f"B: {v.label_b}", "B / A"], [
         [html.escape(s.label) + (" (partial)" if s.partial else ""),
-         f"{_number(s.a)} {html.escape(s.unit)}", f"{_number(s.b)} {html.escape(s.unit)}", _ratio(s.ratio)]
+         f"{score_labels.number(s.a)} {html.escape(s.unit)}", f"{score_labels.number(s.b)} {html.escape(s.unit)}", _ratio(s.ratio)]
         for s in v.synthetic], "one-name") if v.synthetic else \
         f"<p>No synthetic test: {html.escape(v.faster)} is the faster over the workloads.</p>"
     rows = []
@@ -317,32 +304,74 @@ def _steady_passes(it) -> list:
              sc if p.get("scores") is None else sc.get(p["scores"]) or {}) for p in passes]
 
 
+CONSISTENCY_WORDS = ("consistency is the average of the per-second IOPS in the scored window over "
+                     "their standard deviation, as seed 003 scores it; seed 002 charts consistency "
+                     "without stating its formula, so for seed 002 this one is assumed")
+
+
 def _bench_figures(sets) -> list:
-    """The reviews' own pictures of bench results sets: MB/s sweeps with the average of the
-    six mixes (mix, seqmix, steady's QD32 sweep), the zoom on steady's scored window and its
-    QD scaling."""
-    figures, mb, seq, window, scaling = [], {}, {}, {}, {}
+    """The reviews' own pictures of bench results sets (analysis.bench_charts gives their
+    numbers): the mix sweeps in IOPS and in MB/s with the 70/30 and six-mix bars beside them,
+    single points as one bar chart per test, steady's scored window, rounds, IOPS per second,
+    latency distribution and QD scaling."""
+    figures, mix, mb, seq, window, scaling, rounds, series, ranges = [], {}, {}, {}, {}, {}, {}, {}, {}
     for it in sets:
         sc, test = it.loaded.scores, it.loaded.test
+        if test == "mix" and sc.get("table"):
+            mix[it.tag] = sc["table"]
         if test in ("mix", "steady") and sc.get("table"):
             mb[it.tag] = sc["table"]
         if test == "seqmix" and sc.get("table"):
             seq[it.tag] = sc["table"]
         for label, ps in _steady_passes(it) if test == "steady" else ():
-            if ps.get("iops_series") and ps.get("window_s"):
+            rr = (ps.get("steady_state") or {}).get("rounds") or []
+            # Each round's own average (its value), not the 5-round window's rolling average.
+            values = ps.get("round_iops") or [r.get("iops", r.get("value")) if isinstance(r, dict)
+                                              else r for r in rr]
+            values = [v for v in values if isinstance(v, (int, float))]
+            if values:
+                rounds[label] = np.array(values, dtype=float)
+            if ps.get("iops_series"):
                 y = np.array(ps["iops_series"], dtype=float)
-                window[label] = (np.arange(len(y), dtype=float), y, float(ps["window_s"]))
+                series[label] = (np.arange(len(y), dtype=float), y)
+                if ps.get("window_s"):
+                    window[label] = (np.arange(len(y), dtype=float), y, float(ps["window_s"]))
             if ps.get("qd_scaling"):
                 scaling[label] = ps["qd_scaling"]
-    if mb:
-        figures.append(("mix_sweep_mb", "Random mixes in MB/s, as the reviews draw them, with the "
-                        "average of the six mixes (seed 001's bar).", plots.sweep_mb(mb, "4 KiB random mixes: MB/s")))
-    if seq:
-        figures.append(("seqmix_sweep", "128 KiB sequential mixes in MB/s, with the average of the six.",
-                        plots.sweep_mb(seq, "128 KiB sequential mixes: MB/s")))
+            if ps.get("latency_distribution"):
+                ranges[label] = bench_charts.latency_ranges(ps["latency_distribution"])
+    iops = bench_charts.sweep_chart(mix, "iops")
+    if iops.lines:
+        figures.append(("mix_sweep", "The random mix sweep: IOPS at each read share, one line per "
+                        "queue-depth split and data pattern.", plots.mix_sweep(iops)))
+    if rounds:
+        figures.append(("steady_rounds", "Steady-state rounds: average IOPS of each round.",
+                        plots.steady_rounds(rounds)))
+    if series:
+        figures.append(("steady_iops", "Steady-state test: IOPS per second (the consistency picture).",
+                        plots.over_time(series, "Steady state: IOPS over time", "IOPS", scatter=True)))
+    for name, test, tables, title, what in (
+            ("mix_sweep_mb", "mix", mb, "4 KiB random mixes: MB/s", "4 KiB random"),
+            ("seqmix_sweep", "seqmix", seq, "128 KiB sequential mixes: MB/s", "128 KiB sequential")):
+        chart = bench_charts.sweep_chart(tables)
+        if chart.lines:
+            bars = " and ".join(b for b, have in (("the 70/30 headline (seed 000)", chart.headline),
+                                                  ("the average of the six mixes (seed 001)",
+                                                   chart.average)) if have)
+            figures.append((name, f"{title}, as the reviews draw them" + (f", with {bars}" if bars else "")
+                            + ".", plots.sweep_mb(chart, title)))
+        for point in bench_charts.point_charts(tables, what):
+            figures.append((f"{test}_{point.name}", f"{point.title}: one test of single points, "
+                            f"average {point.unit} per target and data pattern (seed 004's bars).",
+                            plots.point_bars(point)))
     if window:
         figures.append(("steady_window", "The scored window of the steady-state test, zoomed: IOPS "
-                        "per second and their average.", plots.scored_window(window)))
+                        f"per second and their average; {CONSISTENCY_WORDS}.", plots.scored_window(window)))
+    if ranges:
+        figures.append(("latency_distribution", "Share of the scored window's I/Os per device-latency "
+                        "range (seed 002's latency distribution); the last range, over 10 ms, is the "
+                        "consistency warning. The ranges are ours: the page does not give them.",
+                        plots.latency_distribution(ranges)))
     if scaling:
         figures.append(("qd_scaling", "Queue-depth scaling after the steady-state run.",
                         plots.qd_scaling(scaling)))
@@ -407,6 +436,7 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
             items += [_Item(run.path, label, run) for run in loaded.measured()]
         else:
             items.append(_Item(p, label, loaded))
+    _tell_apart(items)
     output = Path(output)
     files_dir = output.with_name(output.stem + "_files")
     files_dir.mkdir(parents=True, exist_ok=True)
@@ -430,29 +460,6 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
             figures.append((f"heatmap_{safe}", f"Where trace {it.loaded.name} goes over time (as replayed on {it.label}).",
                             plots.offset_heatmap(counts, t_edges, o_edges, f"Offsets of {it.loaded.name} over time",
                                                 trace_clock=clock == "ts_ns")))
-    mix = {it.tag: it.loaded.scores["table"] for it in sets
-           if it.loaded.test == "mix" and it.loaded.scores.get("table")}
-    if mix:
-        figures.append(("mix_sweep", "The random mix sweep: IOPS at each read share, one line per queue depth.",
-                        plots.mix_sweep(mix)))
-    rounds, series = {}, {}
-    for it in sets:
-        for label, sc in _steady_passes(it) if it.loaded.test == "steady" else ():
-            rr = (sc.get("steady_state") or {}).get("rounds") or []
-            # Each round's own average (its value), not the 5-round window's rolling average.
-            values = sc.get("round_iops") or [r.get("iops", r.get("value")) if isinstance(r, dict)
-                                              else r for r in rr]
-            values = [v for v in values if isinstance(v, (int, float))]
-            if values:
-                rounds[label] = np.array(values, dtype=float)
-            if sc.get("iops_series"):
-                y = np.array(sc["iops_series"], dtype=float)
-                series[label] = (np.arange(len(y), dtype=float), y)
-    if rounds:
-        figures.append(("steady_rounds", "Steady-state rounds: average IOPS of each round.", plots.steady_rounds(rounds)))
-    if series:
-        figures.append(("steady_iops", "Steady-state test: IOPS per second (the consistency picture).",
-                        plots.over_time(series, "Steady state: IOPS over time", "IOPS", scatter=True)))
     figures += _bench_figures(sets)
     figures += act_chart.report_figures(sets, colours)
 

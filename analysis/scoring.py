@@ -28,6 +28,10 @@ PTS_MAX_SLOPE_EXCURSION = 0.10
 PTS_MAX_ROUNDS = 25
 CONSISTENCY_WINDOW_S = 400
 SLOW_NS = 10 * MS_NS
+# Seed 002's latency distribution: the share of I/Os per device-latency range, the last one
+# above SLOW_NS (">10 ms", the consistency warning). The page does not give its ranges; these
+# are ours, 1-2-5 steps from 50 us.
+LATENCY_RANGES_NS = (50_000, 100_000, 200_000, 500_000, 1 * MS_NS, 2 * MS_NS, 5 * MS_NS, SLOW_NS)
 
 
 # What Bins measures per I/O (its `latency_from`): complete - issue (the device's latency),
@@ -276,11 +280,8 @@ def consistency(bins: Bins, *, window_s=CONSISTENCY_WINDOW_S, duration_ns=None,
     start = len(iops) - seconds
     stop = start + seconds
     window = iops[start:]
-    full = np.zeros(len(iops), dtype=np.int64)
-    have = min(len(iops), len(bins.counts))
-    full[:have] = bins.counts[:have]
-    slow = np.zeros(len(iops), dtype=np.int64)
-    slow[:have] = bins.over[j, :have]
+    full, over = _counted(bins, len(iops))
+    slow = over[j]
     n_window, n_run = int(full[start:stop].sum()), int(full.sum())
     if seconds == 0:
         average = stddev = ratio = None
@@ -295,9 +296,35 @@ def consistency(bins: Bins, *, window_s=CONSISTENCY_WINDOW_S, duration_ns=None,
     )
 
 
+def _counted(bins: Bins, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, over) of the first `n` bins, zeros past those the run filled."""
+    have = min(n, len(bins.counts))
+    full = np.zeros(n, dtype=np.int64)
+    full[:have] = bins.counts[:have]
+    over = np.zeros((len(bins.thresholds_ns), n), dtype=np.int64)
+    over[:, :have] = bins.over[:, :have]
+    return full, over
+
+
+def latency_distribution(bins: Bins, *, window_s=CONSISTENCY_WINDOW_S, duration_ns=None) -> dict:
+    """I/Os per device-latency range in the last `window_s` whole seconds, the window
+    `consistency` scores: {"edges_ns": the bins' thresholds, "counts": one more than the
+    edges, I/Os at or below edges_ns[0], in (edges_ns[i - 1], edges_ns[i]], above the last}.
+    Build the bins with `consistency_bins` for LATENCY_RANGES_NS."""
+    n = len(bins.rate(duration_ns))
+    start = n - min(int(window_s), n)
+    full, over = _counted(bins, n)
+    total = int(full[start:].sum())
+    above = [int(x) for x in over[:, start:].sum(axis=1)]
+    counts = [total - (above[0] if above else 0)]
+    counts += [a - b for a, b in zip(above, above[1:])] + above[-1:]
+    return {"edges_ns": [int(t) for t in bins.thresholds_ns], "counts": counts}
+
+
 def consistency_bins(slow_ns=SLOW_NS, ops=(Op.READ, Op.WRITE)) -> Bins:
-    """Per-second bins by completion with device latency over `slow_ns` counted."""
-    return Bins(SECOND_NS, (slow_ns,), ops=ops)
+    """Per-second bins by completion with device latency over `slow_ns` and over each of
+    LATENCY_RANGES_NS counted."""
+    return Bins(SECOND_NS, sorted({*LATENCY_RANGES_NS, int(slow_ns)}), ops=ops)
 
 
 # ---- QoS -----------------------------------------------------------------------------------

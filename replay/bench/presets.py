@@ -72,8 +72,11 @@ PRESETS = {p.name: p for p in (
             "duration_s": STEADY_70_30_S, "window_s": STEADY_70_30_WINDOW_S, "round_s": ROUND_S,
             "qd_scaling": QD_SCALING, "read_shares": SIX_SHARES, "point_s": MIX_POINT_S,
             "span": "target"},
-           "the QD steps, the length of the QD-scaling and sweep points and the steady-state "
-           "rounds: QD 1, 2, 4, 8, 16, 32, 3 min a point, 1-minute rounds"),
+           "the QD steps, the length of the QD-scaling and sweep points, the steady-state "
+           "rounds, how consistency is scored and the latency distribution's ranges: QD 1, 2, "
+           "4, 8, 16, 32, 3 min a point, 1-minute rounds, seed 003's average / standard "
+           "deviation of the per-second IOPS in the scored window, and device latency in 1-2-5 "
+           "steps from 50 us to over 10 ms over that window"),
     Preset("seed003-steady", "steady", SEED_003, "AnandTech, Maxiotek MK8115 (2017): performance consistency",
            "whole-target fill, then an hour of 4 KiB random writes at QD32 scored on the last "
            "400 s (average IOPS, average / stddev); then the same at 25 % over-provisioning "

@@ -4,7 +4,8 @@ rounds), and the console table of a results set.
 import math
 from dataclasses import asdict
 
-from analysis import act_chart, scoring
+from analysis import act_chart, score_labels, scoring
+from analysis.bench_charts import latency_ranges
 from analysis.summary import RunSummary
 from replay.bench.options import SECOND_NS, VERDICT_MIX_KEY, percent, size_label, split_label
 
@@ -46,11 +47,11 @@ def table_row(name, share, qd, workers, summary: RunSummary, data="random") -> d
 
 def steady_scores(bins, window_s, round_s, max_rounds, duration_ns) -> dict:
     """The steady test's scores from its per-second bins (scoring.consistency_bins):
-    consistency of the last `window_s` seconds, and PTS steady state over rounds of
-    `round_s` seconds: over every round of the run when `max_rounds` is None (the run's
-    length is set; the check reports the first steady window and whether the last five
-    rounds, the state the scored window comes from, are steady). `duration_ns` None (an
-    interrupted run) scores up to the last I/O."""
+    consistency of the last `window_s` seconds and their latency distribution (seed 002), and
+    PTS steady state over rounds of `round_s` seconds: over every round of the run when
+    `max_rounds` is None (the run's length is set; the check reports the first steady window
+    and whether the last five rounds, the state the scored window comes from, are steady).
+    `duration_ns` None (an interrupted run) scores up to the last I/O."""
     c = scoring.consistency(bins, window_s=int(window_s), duration_ns=duration_ns)
     series = bins.rate(duration_ns)
     rounds = scoring.round_averages(series, max(1, int(round(round_s))))
@@ -63,6 +64,8 @@ def steady_scores(bins, window_s, round_s, max_rounds, duration_ns) -> dict:
         "steady_state": _steady_report(check), "round_iops": [float(x) for x in rounds],
         "round_s": max(1, int(round(round_s))), "last_rounds_steady": last.steady,
         "iops_series": [float(x) for x in series],
+        "latency_distribution": scoring.latency_distribution(bins, window_s=int(window_s),
+                                                             duration_ns=duration_ns),
     }
 
 
@@ -158,28 +161,23 @@ def _score_lines(test: str, s: dict) -> list[str]:
             split = f"{row['workers']} x {row['qd']}"
             lines.append(f"{row['run']:<26}{percent(row['read_share']):>7}{split:>13}"
                          f"{row['iops']:>12,.0f}{row['mb_per_s']:>10.1f}{p99:>9}")
-        for key, value in s.items():
-            if key.startswith("iops_70_30_"):
-                w, q = key[len("iops_70_30_"):].split("_")[0].split("x")
-                data = key.split("_", 4)[4] if key.count("_") > 3 else ""
-                lines.append(f"70/30 at {w} worker(s) x QD{q}{' ' + data if data else ''}: "
-                             f"{value:,.0f} IOPS" + (" (the verdict's mix score)"
-                                                     if key == VERDICT_MIX_KEY else ""))
-            elif key.startswith("mb_per_s_r"):
-                pct, sweep = key[len("mb_per_s_r"):].split("_", 1)
-                lines.append(f"{pct} % reads at {sweep}: {value:,.1f} MB/s")
-            elif key.startswith("mb_per_s_average_"):
-                lines.append(f"average of the six mixes, {key[len('mb_per_s_average_'):]}: "
-                             f"{value:,.1f} MB/s")
+        for key, value in score_labels.numeric(s).items():
+            said = score_labels.words(key, value)
+            if said and key != "read_share":
+                lines.append(said + (" (the verdict's mix score)" if key == VERDICT_MIX_KEY else ""))
     elif test == "steady":
         ss = s.get("steady_state", {})
         if s.get("steady_iops") is not None:
             c = s.get("consistency")
             lines.append(f"steady IOPS (last {s['window_s']} s): {s['steady_iops']:,.0f}; "
-                         f"consistency (average / stddev): {'inf' if c is None else f'{c:.1f}'}")
+                         f"consistency (average / stddev, seed 003's; assumed for seed 002): "
+                         f"{'inf' if c is None else f'{c:.1f}'}")
         if s.get("slow_share") is not None:
             lines.append(f"I/Os over {s['slow_ns'] / 1e6:g} ms in the last {s['window_s']} s: "
                          f"{s['slow_share']:.3%}")
+        if sum((s.get("latency_distribution") or {}).get("counts") or ()):
+            lines.append(f"latency distribution of the last {s['window_s']} s: " + ", ".join(
+                f"{name} {share:.2%}" for name, share in latency_ranges(s["latency_distribution"])))
         lines.append(f"SNIA steady state: {'reached at round ' + str(ss.get('round')) if ss.get('reached') else ss.get('status', '-')}"
                      f" (checked over {len(s.get('round_iops', ss.get('rounds', [])))} rounds; the last "
                      f"{scoring.PTS_WINDOW} {'are' if s.get('last_rounds_steady') else 'are not'} steady)")

@@ -26,8 +26,11 @@ def report(
              "windows.")] = None,
 ):
     """Write a self-contained HTML report of replay results: summary tables, latency CDFs, IOPS,
-    latency and in-flight over time, an offset heat map, mix sweeps, steady-state rounds and,
-    for two targets, the verdict. It needs no network to view; interrupted runs are marked partial.
+    latency and in-flight over time, an offset heat map, the bench sets' charts as the reviews
+    draw them (sweeps with their 70/30 and six-mix bars, a bar chart per single-point test,
+    steady-state rounds and latency distribution) and, for two targets, the verdict. It needs
+    no network to view; interrupted runs are marked partial; two inputs of one test under one
+    label are both drawn, told apart by their file or directory name.
 
     Example: replay report slow/demo.parquet fast/demo.parquet -o report.html
     """
