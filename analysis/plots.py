@@ -263,15 +263,19 @@ def latency_distribution(ranges: dict[str, list[tuple[str, float]]],
                          title="Latency distribution of the scored window"):
     """`ranges`: {label: [(latency range, share of I/Os)]} (analysis.bench_charts
     .latency_ranges); grouped bars in % of I/Os, the last range (over the slow limit, the
-    consistency warning) hatched."""
+    consistency warning) hatched, each share written on its bar."""
     fig, ax = _figure(title)
     names = list(dict.fromkeys(r for rows in ranges.values() for r, _ in rows))
     width = 0.8 / max(len(ranges), 1)
     for i, (label, rows) in enumerate(ranges.items()):
         share = dict(rows)
         x = np.arange(len(names)) + (i - (len(ranges) - 1) / 2) * width
-        bars = ax.bar(x, [share.get(n, 0.0) * 100 for n in names], width, label=label)
+        heights = [share.get(n, 0.0) * 100 for n in names]
+        bars = ax.bar(x, heights, width, label=label)
         bars[-1].set_hatch("//")
+        # Each share written on its bar: the warning's few percent hardly show as a height.
+        ax.bar_label(bars, [f"{h:.2g} %" if h else "" for h in heights], fontsize="xx-small",
+                     padding=1)
     ax.set_xticks(range(len(names)), names, fontsize="x-small", rotation=30, ha="right")
     ax.set_xlabel("device latency (complete - issue) range; hatched: the consistency warning")
     ax.set_ylabel("I/Os (%)")
