@@ -131,8 +131,14 @@ static void uring(unsigned qd) {
             sqe->flags |= IOSQE_FIXED_FILE;
             sqe->user_data = slot;
         }
-        if (io_uring_submit_and_wait(&ring, 1) < 0) die("io_uring_submit_and_wait");
+        /* fio's commit then getevents: one enter submits and reaps what has completed (with
+         * DEFER_TASKRUN, only an enter with GETEVENTS runs completions), and only if none came
+         * back, a second enter waits. One enter that submits and sleeps
+         * (io_uring_submit_and_wait) did 0.84x as many I/Os at QD1 on a loop device over
+         * /dev/shm (median of 25 alternating rounds) and lost to fio's io_uring QD1. */
         struct io_uring_cqe *cqe;
+        if (io_uring_submit_and_get_events(&ring) < 0) die("io_uring_submit_and_get_events");
+        if (io_uring_peek_cqe(&ring, &cqe) && io_uring_wait_cqe(&ring, &cqe) < 0) die("io_uring_wait_cqe");
         unsigned head, seen = 0;
         io_uring_for_each_cqe(&ring, head, cqe) {
             if (cqe->res < 0) { errno = -cqe->res; die("io_uring I/O"); }
