@@ -236,3 +236,27 @@ def test_web_quick(tmp_path, clean):
     assert 0 < length[reads].sum() < outcome["bytes"]
     assert np.median(length[reads]) <= 256 * 1024
     assert np.count_nonzero(ops == Op.WRITE) > 0
+
+
+def test_blobclosed_quick(tmp_path, clean):
+    module = recipe("blobclosed")
+    clean("blobclosed")
+    out = tmp_path / "blobclosed.parquet"
+    module.run(None, out, notices=[], ops=120, populate_mb=256, clients=2, memory_mb=128)
+    cols, meta, outcome = captured(out)
+    recipe_meta = meta["recipe"]
+    assert recipe_meta["recipe"] == meta["source"]["recipe"] == "blobclosed"
+    assert recipe_meta["knobs"]["ops"] == 120 and "--ops 120" in recipe_meta["workload"]
+    assert "--rate" not in recipe_meta["workload"] and "closed-loop" in meta["description"]
+    # The store's own count: every operation ran, back to back, each with its latency.
+    assert outcome["unit"] == "operations" and outcome["operations"] == sum(outcome["by_op"].values()) == 120
+    assert outcome["latency_ms"]["p99"] >= outcome["latency_ms"]["p50"] > 0
+    assert outcome["elapsed_s"] >= outcome["store_elapsed_s"] > 0
+    # Closed loop: the clients wait for nothing but their own operations, so the store's time
+    # is the operations' latencies shared by the clients, not a schedule's.
+    busy_s = outcome["latency_ms"]["mean"] * 120 / 1e3 / 2
+    assert outcome["store_elapsed_s"] < 1.5 * busy_s + 1.0
+    ops, length = cols["op"], cols["length"]
+    # GETs read blob bodies cold (64 KiB and more); PUTs are made durable.
+    assert np.count_nonzero(ops == Op.FLUSH) > 0 and np.count_nonzero(ops == Op.WRITE) > 0
+    assert length[ops == Op.READ].max() >= 64 * 1024

@@ -16,6 +16,7 @@ __all__ = ["RECIPES", "RecipeError", "load", "names"]
 RECIPES = {
     "oltp": "traces.capture.recipes.oltp",
     "blob": "traces.capture.recipes.blob",
+    "blobclosed": "traces.capture.recipes.blobclosed",
     "boot": "traces.capture.recipes.boot",
     "filecopy": "traces.capture.recipes.filecopy",
     "build": "traces.capture.recipes.build",

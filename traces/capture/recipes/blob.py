@@ -31,10 +31,17 @@ KNOBS = {
 
 
 def run(device, output, *, notices, destroy_data=False, backend="auto", on_start=None, **given):
-    knobs = parse_knobs(KNOBS, given)
-    with Session("blob", knobs, notices) as s:
+    return store(device, output, "blob", DESCRIPTION, parse_knobs(KNOBS, given), notices=notices,
+                 destroy_data=destroy_data, backend=backend, on_start=on_start)
+
+
+def store(device, output, recipe, description, knobs, *, notices, destroy_data, backend, on_start):
+    """Populate the store, remount, and capture its mixed phase: rate-limited for `duration`
+    seconds, or with knobs["ops"] that many operations back to back. Recipe `blobclosed` shares
+    it; `recipe` and `description` name the trace."""
+    with Session(recipe, knobs, notices) as s:
         # The populated store, what PUTs add in the window, and room to spare.
-        puts = knobs["ops"] if knobs["ops"] is not None else knobs["rate"] * knobs["duration"]
+        puts = knobs["ops"] if knobs.get("ops") is not None else knobs["rate"] * knobs["duration"]
         need = knobs["populate_mb"] * MIB * 2 + int(puts * 0.15 * 2 * MIB)
         dev = s.device(device, destroy_data=destroy_data, scratch_size=max(2 * GIB, need + GIB))
         root = s.filesystem(dev, knobs["fs"])
@@ -45,7 +52,7 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
            what="populating the BLOB store")
         s.remount()
         cgroup = s.memory_cgroup(knobs["memory_mb"] * MIB)
-        fixed = knobs["ops"] is not None
+        fixed = knobs.get("ops") is not None
         store_outcome = s.tmpdir / "store.json"
         work = (["--ops", knobs["ops"], "--outcome", store_outcome] if fixed
                 else ["--duration", knobs["duration"], "--rate", knobs["rate"]])
@@ -68,7 +75,7 @@ def run(device, output, *, notices, destroy_data=False, backend="auto", on_start
             figures = {"unit": "operations", **{k: v for k, v in store.items() if k != "elapsed_s"},
                        "store_elapsed_s": store.get("elapsed_s")}
             s.provenance["outcome"] = timed.outcome(recorded, **figures)
-            return (f"{DESCRIPTION} {knobs['clients']} clients, {length} over {knobs['populate_mb']} MiB of "
+            return (f"{description} {knobs['clients']} clients, {length} over {knobs['populate_mb']} MiB of "
                     f"blobs, memory limited to {knobs['memory_mb']} MiB, {knobs['fs']} on the device.")
 
         return s.capture(dev, output, command=timed.wrap(outcome_file, cgroup.wrap(mixed)), backend=backend,
