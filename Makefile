@@ -7,7 +7,7 @@ DEBIAN_PACKAGES = fio liburing-dev blktrace e2fsprogs fdisk util-linux mount pos
 	linux-source make gcc flex bison bc git mariadb-server-core mariadb-client-core sysbench \
 	rocksdb-tools imagemagick ffmpeg nginx iproute2
 
-.PHONY: install demo deps test quick-test clean-cache
+.PHONY: install demo deps packages test quick-test clean-cache
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,11 +27,24 @@ demo: install
 deps:
 	@for tool in fio blkparse mkfs.ext4 sfdisk losetup blkid mount pg_ctlcluster qemu-system-x86_64 debootstrap chromium \
 			make gcc flex bison bc git mariadbd my_print_defaults sysbench db_bench ffmpeg nginx ss; do \
-		command -v $$tool >/dev/null || { apt-get update -q && apt-get install -y -q $(DEBIAN_PACKAGES); break; }; \
+		command -v $$tool >/dev/null || { $(MAKE) --no-print-directory packages; break; }; \
 	done
 	@for file in /usr/include/liburing.h /usr/src/linux-source-*.tar.xz /usr/bin/convert-im*.q16; do \
-		test -e $$file || { apt-get update -q && apt-get install -y -q $(DEBIAN_PACKAGES); break; }; \
+		test -e $$file || { $(MAKE) --no-print-directory packages; break; }; \
 	done
+
+# Installs DEBIAN_PACKAGES and starts no service: Debian's maintainer scripts ask policy-rc.d
+# before starting one, and its exit 101 says no (nginx's postinst would start a system nginx on
+# port 80 on a host with systemd). Ours is there only while apt-get runs and is removed even when
+# it fails or is interrupted; a policy-rc.d already there is the host's, used and left alone.
+POLICY_RC_D = /usr/sbin/policy-rc.d
+packages:
+	@if [ ! -e $(POLICY_RC_D) ]; then \
+		trap 'rm -f $(POLICY_RC_D)' EXIT; trap 'exit 130' INT TERM HUP; \
+		printf '#!/bin/sh\n# make packages (tracereplay): no service starts while it installs.\nexit 101\n' \
+			> $(POLICY_RC_D) && chmod 755 $(POLICY_RC_D) || exit; \
+	fi; \
+	apt-get update -q && apt-get install -y -q $(DEBIAN_PACKAGES)
 
 test: deps install
 	cd engine && cargo test --release --no-default-features

@@ -239,3 +239,34 @@ def test_blob_fixed_work_records_operations_and_latency(tmp_path):
     # The clients' sleeps (SQLite's busy handler) are traced with the blob store's I/O.
     sleeps = open_trace(out).metadata["source"]["sleeps"]
     assert sleeps is not None and len(sleeps["pid"]) == len(sleeps["start_ns"]) == len(sleeps["end_ns"])
+
+
+# -- installing packages starts no service ------------------------------------------------
+
+def test_no_service_starts_while_a_recipe_installs(tmp_path):
+    from traces.capture.recipes.common import no_service_starts
+
+    policy = tmp_path / "policy-rc.d"
+    with no_service_starts(policy):
+        # What Debian's invoke-rc.d runs before starting a service: 101 is "not allowed".
+        assert subprocess.run([policy, "nginx", "start"]).returncode == 101
+    assert not policy.exists()
+    with pytest.raises(RecipeError, match="apt-get failed"):
+        with no_service_starts(policy):
+            assert policy.exists()
+            raise RecipeError("apt-get failed")
+    assert not policy.exists()
+    # The host's own policy is used as it is, and stays.
+    policy.write_text("#!/bin/sh\nexit 0\n")
+    policy.chmod(0o755)
+    with no_service_starts(policy):
+        assert subprocess.run([policy, "nginx", "start"]).returncode == 0
+    assert policy.read_text() == "#!/bin/sh\nexit 0\n"
+
+
+def test_no_service_starts_says_when_it_cannot_hold_them(tmp_path):
+    from traces.capture.recipes.common import no_service_starts
+
+    with pytest.raises(RecipeError, match="cannot write .* services from starting"):
+        with no_service_starts(tmp_path / "no-such-folder" / "policy-rc.d"):
+            pass

@@ -102,6 +102,33 @@ def missing_packages(tools: dict[str, str]) -> list[str]:
     return sorted({pkg for tool, pkg in tools.items() if not _present(tool)})
 
 
+POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+
+
+@contextlib.contextmanager
+def no_service_starts(policy: Path = POLICY_RC_D):
+    """While it lasts, Debian's maintainer scripts start no service: invoke-rc.d asks
+    `policy`, and its exit 101 says no (installing nginx would otherwise start a system nginx on
+    port 80 on a host with systemd). Ours is removed at the end, even on an error or Ctrl-C; a
+    policy already there is the host's, used and left alone. The Makefile's `packages` does the same.
+    """
+    if policy.exists():
+        yield
+        return
+    try:
+        policy.write_text("#!/bin/sh\n# tracereplay: no service starts while a recipe installs packages.\n"
+                          "exit 101\n")
+        policy.chmod(0o755)
+    except OSError as exc:
+        policy.unlink(missing_ok=True)
+        raise RecipeError(f"cannot write {policy} to keep the packages' services from starting: "
+                          f"{exc.strerror}") from None
+    try:
+        yield
+    finally:
+        policy.unlink(missing_ok=True)
+
+
 def require(tools: dict[str, str], notices: list, *, install: bool = True) -> None:
     """Make sure each program of `tools` ({program: Debian package}) is on PATH; a key that is
     an absolute path (a glob: "/usr/src/linux-source-*.tar.xz") is a file the package ships.
@@ -118,11 +145,12 @@ def require(tools: dict[str, str], notices: list, *, install: bool = True) -> No
     notices.append(f"installing {' '.join(missing)} with apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
-    if subprocess.run(cmd, capture_output=True, env=env).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env)
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if done.returncode != 0:
-            raise RecipeError(f"apt-get could not install {' '.join(missing)}; {hint}")
+    with no_service_starts():
+        if subprocess.run(cmd, capture_output=True, env=env).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env)
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if done.returncode != 0:
+                raise RecipeError(f"apt-get could not install {' '.join(missing)}; {hint}")
     still = sorted(tool for tool in tools if not _present(tool))
     if still:
         raise RecipeError(f"{', '.join(still)} still missing after installing; {hint}")
