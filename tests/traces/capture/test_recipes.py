@@ -270,3 +270,21 @@ def test_no_service_starts_says_when_it_cannot_hold_them(tmp_path):
     with pytest.raises(RecipeError, match="cannot write .* services from starting"):
         with no_service_starts(tmp_path / "no-such-folder" / "policy-rc.d"):
             pass
+
+
+# -- the BLOB store's load generator --------------------------------------------------------
+
+def test_blob_load_reports_thousands_of_operations_per_client(tmp_path):
+    # One client's report of 8,000 latencies is larger than the queue's pipe: the store must
+    # read it while the client runs, or the client never exits and the run never ends.
+    import json
+    import sys
+
+    load_ = [sys.executable, "-m", "traces.capture.recipes.blob_load"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    subprocess.run([*load_, "populate", tmp_path, "--mb", "16"], check=True, env=env, timeout=60)
+    outcome = tmp_path / "outcome.json"
+    subprocess.run([*load_, "mixed", tmp_path, "--ops", "8000", "--clients", "1", "--outcome", outcome],
+                   check=True, env=env, timeout=120, capture_output=True)
+    figures = json.loads(outcome.read_text())
+    assert figures["operations"] == sum(figures["by_op"].values()) == 8000

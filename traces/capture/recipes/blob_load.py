@@ -17,6 +17,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import queue
 import sqlite3
 import sys
 import time
@@ -166,8 +167,12 @@ def mixed(root: Path, duration: float, clients: int, rate: float, seed: int, ops
              for i in range(clients)]
     for p in procs:
         p.start()
-    # A client that dies must end the run, not leave the others waiting on it.
-    while any(p.is_alive() for p in procs):
+    # The clients' reports are read while they run: a client does not exit before its report
+    # has gone through the queue's pipe (64 KiB), and thousands of latencies fill it, so
+    # waiting for the clients to exit first would wait forever. A client that dies must end
+    # the run, not leave the others waiting on it.
+    reports = []
+    while len(reports) < clients:
         if any(p.exitcode not in (None, 0) for p in procs):
             for p in procs:
                 if p.is_alive():
@@ -175,12 +180,16 @@ def mixed(root: Path, duration: float, clients: int, rate: float, seed: int, ops
             for p in procs:
                 p.join()
             raise SystemExit(f"a client failed: exit codes {[p.exitcode for p in procs]}")
-        time.sleep(0.1)
+        try:
+            reports.append(counts.get(timeout=0.1))
+        except queue.Empty:
+            pass
+    for p in procs:
+        p.join()
     if any(p.exitcode for p in procs):
         raise SystemExit(f"a client failed: exit codes {[p.exitcode for p in procs]}")
     totals, latencies = {}, []
-    for _ in procs:
-        done, lat = counts.get(timeout=10)
+    for done, lat in reports:
         latencies += lat
         for k, v in done.items():
             totals[k] = totals.get(k, 0) + v
