@@ -115,7 +115,7 @@ def test_oltp_like_refuses_a_tiny_span():
 
 # -- the captured traces (issue 4): made by `replay capture recipe NAME` with default knobs --
 
-CAPTURED = ("oltp", "blob", "filecopy", "build", "gitclone", "dpkg", "mariadb", "rocksdb", "photos",
+CAPTURED = ("oltp", "blob", "blobclosed", "filecopy", "build", "gitclone", "dpkg", "mariadb", "rocksdb", "photos",
             "video", "web")
 
 
@@ -168,6 +168,18 @@ def test_blob_trace_is_read_mostly_by_bytes_with_flushes():
                       if k in ("<=128 KiB", "<=256 KiB", "<=512 KiB", "<=1 MiB", "<=2 MiB", "<=4 MiB"))
     assert large_reads > 0.2 * c.reads  # blob bodies are 64 KiB and more
     assert c.duration_ns > 30e9
+
+
+def test_blobclosed_trace_is_the_blob_store_with_no_gaps_of_its_own():
+    c = _characterise("blobclosed")
+    outcome = open_trace(library.resolve("blobclosed")).metadata["recipe"]["outcome"]
+    assert outcome["operations"] == sum(outcome["by_op"].values()) == 12_000
+    assert c.read_share_bytes > 0.5 and c.flushes / c.ios > 0.05  # the same store as blob's
+    # Closed loop: the store's time is its operations' latency shared by the 4 clients, with no
+    # waiting for a schedule (blob's 200 operations/s would take 60 s for the same 12,000).
+    busy_s = outcome["latency_ms"]["mean"] * outcome["operations"] / 1e3 / 4
+    assert outcome["store_elapsed_s"] < 1.1 * busy_s
+    assert outcome["store_elapsed_s"] < 12_000 / 200
 
 
 def test_filecopy_trace_is_mostly_large_writes():

@@ -14,7 +14,7 @@ DESCRIPTION = ("A SharePoint-like BLOB store run closed-loop: the store of recip
 TOOLS = {}
 
 KNOBS = {
-    "ops": (int, 3000, "Operations in all, shared by the clients and run back to back (fixed work)."),
+    "ops": (int, 12000, "Operations in all, shared by the clients and run back to back (fixed work)."),
     "clients": (int, 4, "Client processes, each with its own SQLite connection."),
     "populate_mb": (int, 2048, "MiB of blobs stored before the capture; keep it above the memory limit."),
     "memory_mb": (int, 256, "Memory cgroup limit for the load, MiB."),
