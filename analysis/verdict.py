@@ -11,17 +11,20 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis import score_labels
 from analysis.compare import target_label
 from analysis.histogram import LatencyHistogram
 from analysis.results import SET_FILE, SUITE_TEST, Results, ResultsError, ResultsSet, load
 
-# (scores key of a results set's test, label, unit); all are higher-is-better.
-SYNTHETIC_SCORES = {
+# (scores key of a results set's test, the verdict's short name, unit); all are
+# higher-is-better. The unit is the one table's (analysis.score_labels); the names are short,
+# as the verdict's sentences say them.
+SYNTHETIC_SCORES = {test: (key, name, score_labels.label(key)[1]) for test, key, name in (
     # Seed 000's 70/30 "QD32": 32 workers at QD1 (the 1x32 split is iops_70_30_1x32).
-    "mix": ("iops_70_30_32x1", "70/30 QD32 (32 workers x QD1)", "IOPS"),
-    "steady": ("steady_iops", "steady state", "IOPS"),
-    "act": ("act_multiple", "ACT", "x load"),
-}
+    ("mix", "iops_70_30_32x1", "70/30 QD32 (32 workers x QD1)"),
+    ("steady", "steady_iops", "steady state"),
+    ("act", "act_multiple", "ACT"),
+)}
 # A real ratio within this of 1.0 is "no difference": without repeat runs we cannot say
 # more, and 5 % is about the run-to-run spread of a loop device on these shared machines.
 NOISE = 0.05
