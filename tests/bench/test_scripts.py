@@ -71,3 +71,33 @@ def test_causal_bench_replays_a_capture_without_its_sleeps_from_a_copy(tmp_path)
     got, meta = read_trace(copy)
     assert meta["source"]["sleeps"] is None and got["ts_ns"].tolist() == [0, 10]
     assert read_trace(trace)[1]["source"]["sleeps"]["pid"] == [7]  # the capture itself is untouched
+
+
+def test_causal_bench_has_fixed_work_for_every_recipe():
+    from bench.causal import WORKLOADS
+    from traces.capture.recipes import RECIPES, load
+    from traces.capture.recipes.common import parse_knobs
+
+    assert set(WORKLOADS) == set(RECIPES)
+    for name, sets in WORKLOADS.items():
+        module = load(name)
+        for knobs in sets:
+            flags, values = knobs[0::2], knobs[1::2]
+            assert all(f.startswith("--") for f in flags) and len(flags) == len(values), (name, knobs)
+            given = {f[2:].replace("-", "_"): v for f, v in zip(flags, values)}
+            parse_knobs(module.KNOBS, given)  # every knob exists and its value converts
+            # Fixed work: a recipe that can run for a duration is given a count instead.
+            assert "duration" not in given
+            if "duration" in module.KNOBS:
+                assert {"ops", "transactions"} & set(given), (name, knobs)
+
+
+def test_causal_bench_refuses_an_unknown_workload():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "causal.py"
+    done = subprocess.run([sys.executable, bench, "--workloads", "blob,nosuch"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "no fixed work for nosuch" in done.stderr and "Traceback" not in done.stderr
