@@ -5,16 +5,24 @@ machine code. A kernel given one signature compiles that one only.
 
 Inputs are read-only arrays of any layout (`ro`), which also take writable ones and Arrow's
 zero-copy columns; outputs are writable C-contiguous arrays (`rw`), as the callers allocate
-them.
+them. A kernel whose loops LLVM vectorises only over contiguous data takes read-only
+C-contiguous inputs (`ro_c`), and its callers pass contiguous columns (a strided one is a
+TypeError): blktrace's import ran 1.3x slower on `ro` inputs, its record classifier 5x.
 """
 from numba import types
 
-I8, I32, I64, U8, F64, BOOL = types.int8, types.int32, types.int64, types.uint8, types.float64, types.boolean
+I8, I32, I64, U8, U32, U64 = types.int8, types.int32, types.int64, types.uint8, types.uint32, types.uint64
+F64, BOOL = types.float64, types.boolean
 
 
 def ro(dtype, ndim: int = 1):
     """A read-only array of `dtype`: an input the kernel does not write."""
     return types.Array(dtype, ndim, "A", readonly=True)
+
+
+def ro_c(dtype, ndim: int = 1):
+    """A read-only C-contiguous array of `dtype`: an input of a loop that vectorises."""
+    return types.Array(dtype, ndim, "C", readonly=True)
 
 
 def rw(dtype, ndim: int = 1):

@@ -44,8 +44,6 @@ def _cached_kernels():
 
     for package in PACKAGES:
         for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
-            if info.name.startswith(NOT_YET):
-                continue
             try:
                 module = importlib.import_module(info.name)
             except ImportError:  # an optional extra (Ray, DuckDB) is missing
@@ -57,8 +55,6 @@ def _cached_kernels():
 
 
 PACKAGES = ("traces", "synth", "analysis", "replay")
-# The binary formats' kernels are the formats work's (issue 25, "Real files"), signed there.
-NOT_YET = ("traces.formats",)
 
 
 def test_every_cached_kernel_compiles_one_explicit_signature():

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from traces import formats
 from traces.errors import TraceFormatError
-from traces.formats import blktrace
+from traces.formats import blktrace, blktrace_kernels
 from traces.schema import Flag, Op
 from traces.trace import open_trace, write_trace
 
@@ -497,7 +497,7 @@ def _match_reference(kind, device, sector, nbytes, queue_slots):
     queued_by = [-1] * len(kind)
     for i, k in enumerate(kind):
         key = (device[i], sector[i], nbytes[i])
-        slot = int(blktrace._hash(device[i], sector[i], 0)) % queue_slots
+        slot = int(blktrace_kernels._hash(device[i], sector[i], 0)) % queue_slots
         if k == 3:
             recent_q[slot] = i
         elif k == 1:
@@ -521,7 +521,7 @@ def test_match_kernel_agrees_with_reference(events, sectors, queue_slots):
     kind = kind.astype(np.uint8)
     sector = sector % (sectors + 1) if sectors else sector
     device, sector, nbytes = device.astype(np.uint32), sector.astype(np.uint64), nbytes.astype(np.uint32)
-    partner, queued_by = blktrace._match(kind, device, sector, nbytes, queue_slots)
+    partner, queued_by = blktrace_kernels.match(kind, device, sector, nbytes, queue_slots)
     ref_partner, ref_queued = _match_reference(kind.tolist(), device.tolist(), sector.tolist(), nbytes.tolist(), queue_slots)
     assert partner.tolist() == ref_partner
     assert queued_by.tolist() == ref_queued
@@ -572,7 +572,7 @@ def test_classify_and_op_kernels_agree_with_numpy(records, io_code):
     flags = np.zeros(len(action), np.uint8)
     for bit, flag in blktrace._FLAG_BITS:
         flags[(category & bit) != 0] |= np.uint8(flag)
-    got_op, got_flags = blktrace._op_and_flags(action, nbytes)
+    got_op, got_flags = blktrace_kernels.op_and_flags(action, nbytes)
     assert np.array_equal(got_op, op) and np.array_equal(got_flags, flags)
     plain = (category & blktrace.TC_NOTIFY) == 0
     has_data = (nbytes != 0) | ((category & blktrace.TC_FLUSH) != 0)
@@ -585,7 +585,7 @@ def test_classify_and_op_kernels_agree_with_numpy(records, io_code):
         kind[(code == 3) & (nbytes != 0) & plain] = 5
     kind[(code == io_code) & has_data & plain] = 1
     kind[(code == io_code) & ~has_data & plain] = 0
-    assert np.array_equal(blktrace._classify(action, nbytes, io_code, io_code == blktrace.ACT_ISSUE), kind)
+    assert np.array_equal(blktrace_kernels.classify(action, nbytes, io_code, io_code == blktrace.ACT_ISSUE), kind)
 
 
 @ROUND_TRIP
@@ -629,7 +629,7 @@ def test_window_kernel_agrees_with_numpy(n, seed):
                          np.int64)
     t0, final = (int(time[0]) if n else 0), bool(rng.random() < 0.3)
     horizon, max_carry = int(rng.integers(0, 10**6)), int(rng.integers(1, n + 2))
-    columns, preflush, carry, unmatched, seen = blktrace._window_rows(
+    columns, preflush, carry, unmatched, seen = blktrace_kernels.window_rows(
         kind, partner, queued_by, time, sector, nbytes, action, pid, device, t0, final, horizon,
         max_carry)
     # The reference, in NumPy.
@@ -641,7 +641,7 @@ def test_window_kernel_agrees_with_numpy(n, seed):
         cut = max(int(waiting[0]), n - max_carry)
     rows = ios[ios < cut]
     p, q = partner[rows], queued_by[rows]
-    op, flags = blktrace._op_and_flags(action[rows], nbytes[rows])
+    op, flags = blktrace_kernels.op_and_flags(action[rows], nbytes[rows])
     expected = (
         time[rows] - t0,
         sector[rows].astype(np.int64) * 512,
