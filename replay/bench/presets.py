@@ -99,20 +99,40 @@ PRESETS = {p.name: p for p in (
 _WHOLE_SECONDS = ("window_s", "round_s", "period_s")
 
 
+# A steady-state run's rounds and scored window, which keep their share of it when --duration
+# alone changes its length.
+_FOLLOW_DURATION = ("round_s", "window_s")
+
+
+def duration_follows(name: str, overrides: dict) -> dict:
+    """`overrides` plus, when they change a steady preset's duration but not its rounds or its
+    scored window, those scaled by the same factor (whole seconds, at least 1): a shorter run
+    is the same test, shorter, as --scale makes it, not 60 s rounds that no longer fit (seed
+    002's at --duration 30 found zero rounds and reported "too few rounds")."""
+    preset = PRESETS.get(name)
+    if preset is None or preset.test != "steady" or not overrides.get("duration_s"):
+        return dict(overrides)
+    factor = overrides["duration_s"] / preset.options["duration_s"]
+    return {**{k: float(max(1, round(preset.options[k] * factor))) for k in _FOLLOW_DURATION
+               if preset.options.get(k)}, **overrides}
+
+
 def preset_options(name: str, scale: float = 1.0, overrides: dict | None = None):
     """(test, BenchOptions) of preset `name` at `scale`; `overrides` (BenchOptions fields the
-    user gave) replace the preset's, and are recorded as not the review's."""
+    user gave) replace the preset's, and are recorded as not the review's. A steady preset's
+    rounds and window follow an overridden duration (duration_follows)."""
     preset = PRESETS.get(name)
     if preset is None:
         raise BenchError(f"unknown preset {name!r}: use one of {', '.join(PRESETS)} "
                          "(replay bench --list shows them)")
+    overrides = duration_follows(name, overrides or {})
     o = BenchOptions(scale=scale)
     fields = {}
     for key, value in preset.options.items():
         if key.endswith("_s") and value is not None:
             value = o.scaled(value, whole=key in _WHOLE_SECONDS)
         fields[key] = value
-    fields.update(overrides or {})
+    fields.update(overrides)
     return preset.test, BenchOptions(scale=scale, **fields)
 
 

@@ -90,8 +90,11 @@ def precondition(bench):
 def steady(bench):
     o = bench.options
     duration = o.duration_s or o.scaled(STEADY_S, whole=True)
-    window = o.window_s or o.scaled(scoring.CONSISTENCY_WINDOW_S, whole=True)
-    round_s = o.round_s or o.scaled(ROUND_S, whole=True)
+    # The window and rounds keep their share of the run: --duration alone shortens the test as
+    # --scale does, not to fewer than the five rounds the steady-state check needs.
+    share = o.duration_s / STEADY_S if o.duration_s else o.scale
+    window = o.window_s or float(max(1, round(scoring.CONSISTENCY_WINDOW_S * share)))
+    round_s = o.round_s or float(max(1, round(ROUND_S * share)))
     precondition(bench)
     bins = scoring.consistency_bins()
     gen = g.random_mix(block_size=4 * KIB, read_share=o.read_share, span=bench.span,

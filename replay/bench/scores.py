@@ -179,7 +179,8 @@ def _score_lines(test: str, s: dict) -> list[str]:
             lines.append(f"latency distribution of the last {s['window_s']} s: " + ", ".join(
                 f"{name} {share:.2%}" for name, share in latency_ranges(s["latency_distribution"])))
         lines.append(f"SNIA steady state: {'reached at round ' + str(ss.get('round')) if ss.get('reached') else ss.get('status', '-')}"
-                     f" (checked over {len(s.get('round_iops', ss.get('rounds', [])))} rounds; the last "
+                     f" (checked over {len(s.get('round_iops', ss.get('rounds', [])))} rounds"
+                     + (f" of {s['round_s']:g} s" if s.get("round_s") else "") + "; the last "
                      f"{scoring.PTS_WINDOW} {'are' if s.get('last_rounds_steady') else 'are not'} steady)")
         for title, key in (("QD scaling", "qd_scaling"), ("read-share sweep", "table")):
             if s.get(key):

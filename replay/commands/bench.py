@@ -95,7 +95,8 @@ def bench(
              "Scored windows and rounds scale too (whole seconds, at least 1).")] = 1.0,
     duration: Annotated[Optional[float], typer.Option(
         help="Seconds per measurement, overriding --scale: per point (mix, seqmix), the whole run "
-             "(steady, act) or per element and round (pts).")] = None,
+             "(steady, act) or per element and round (pts). Steady's scored window and rounds "
+             "keep their share of the run unless --window or --round is given.")] = None,
     span: Annotated[Optional[str], typer.Option(
         help="Bytes of the target the test uses, from offset 0, for example 16G (default: 8G for "
              "mix, the whole target otherwise). The target must hold it.")] = None,
@@ -209,7 +210,7 @@ def bench(
     Example: replay bench mix /dev/sdc -o mix-sdc --scale 0.01
     """
     from replay.bench.options import BenchOptions, check_op, parse_split
-    from replay.bench.presets import PRESETS, describe_preset, preset_options
+    from replay.bench.presets import PRESETS, describe_preset, duration_follows, preset_options
     from replay.bench.scores import format_results
     from replay.bench.session import run_bench
 
@@ -253,7 +254,8 @@ def bench(
         if test in PRESETS:
             given = [name for name in _FIELDS
                      if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]
-            overrides = {_FIELDS[name]: getattr(options, _FIELDS[name]) for name in given}
+            overrides = duration_follows(test, {_FIELDS[name]: getattr(options, _FIELDS[name])
+                                                for name in given})
             test, options = preset_options(test, scale, overrides)
             p = PRESETS[ctx.params["test"]]
             preset = {"name": p.name, "seed": p.seed, "review": p.review,

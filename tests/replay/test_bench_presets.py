@@ -411,3 +411,41 @@ def test_a_discard_is_a_pts_purge_on_a_file_but_not_on_a_drive():
     said = purge_statement(drive)
     assert said["pts_purge"] is False and "nvme format" in said["why"]
     assert purge_statement(loop)["pts_purge"] is True and purge_statement(file)["pts_purge"] is True
+
+
+# ---- --duration alone on a steady test ------------------------------------------------------
+
+
+def test_duration_alone_scales_steadys_rounds_and_window():
+    from replay.bench.presets import duration_follows
+
+    # seed 002: 60 s rounds and a 500 s window in a 6 h run; at 2,160 s (a tenth) 6 s and 50 s.
+    assert duration_follows("seed002-steady", {"duration_s": 2160.0}) == {
+        "duration_s": 2160.0, "round_s": 6.0, "window_s": 50.0}
+    # Given with it, a round or window is the user's; other tests' durations change nothing else.
+    assert duration_follows("seed002-steady", {"duration_s": 2160.0, "round_s": 60.0}) == {
+        "duration_s": 2160.0, "round_s": 60.0, "window_s": 50.0}
+    assert duration_follows("seed000-mix", {"duration_s": 1.0}) == {"duration_s": 1.0}
+
+
+def test_seed_002_at_duration_6_checks_six_rounds_not_too_few(tmp_path):
+    # The review's 6 h at --duration 6: 60 * 6 / 21,600 and 500 * 6 / 21,600 s are under a
+    # second, so 1 s rounds and a 1 s window; 6 rounds, enough for the 5-round check.
+    r = bench("seed002-steady", "--engine", "null", "--span", "16M", "--duration", "6",
+              "--precondition", "0.05", "--point", "0.01", "--qd-scaling", "1",
+              "-o", tmp_path / "s")
+    assert r.returncode == 0, r.stderr
+    results = json.loads((tmp_path / "s" / "results.json").read_text())
+    s = results["scores"]
+    assert s["round_s"] == 1 and s["window_s"] == 1 and len(s["round_iops"]) == 6
+    assert s["steady_state"]["status"] != "too few rounds"
+    assert {"duration_s", "round_s", "window_s"} <= set(results["preset"]["overrides"])
+    assert "(checked over 6 rounds of 1 s;" in r.stdout
+
+
+def test_steady_without_a_preset_scales_its_rounds_with_duration(tmp_path):
+    # The test's own 60 s rounds and 400 s window in an hour: at 6 s, 0.1 s and 0.67 s, so 1 s.
+    results = run_bench("steady", None, tmp_path / "s", BenchOptions(
+        engine="null", span=16 * MIB, duration_s=6, fill=False))
+    s = results["scores"]
+    assert s["round_s"] == 1 and s["window_s"] == 1 and len(s["round_iops"]) == 6
