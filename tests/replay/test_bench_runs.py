@@ -213,8 +213,9 @@ def test_steady_on_a_loop_device(loop_device, tmp_path):
     check_results_set(out, "steady")
     assert [r["name"] for r in results["runs"]] == ["fill", "steady"]
     assert results["runs"][1]["parameters"]["time_limit_s"] == 3
-    bins = scoring.Bins.from_chunks(chunks_of(out / "steady.parquet"), scoring.SECOND_NS,
-                                    (scoring.SLOW_NS,))
+    bins = scoring.consistency_bins()
+    for chunk in chunks_of(out / "steady.parquet"):
+        bins.add(chunk)
     again = steady_scores(bins, 2, 1, None, 3 * scoring.SECOND_NS)  # every round is checked
     s = results["scores"]
     assert s == {**json.loads(json.dumps(again)), "read_share": 0.0}
