@@ -1,11 +1,12 @@
 """What the reviews' charts of `replay bench` results sets show, as plain numbers: the sweeps
 as lines, the 70/30 headline and the average of the six mixes as bars beside them, single
-points (seed 004's Iometer tests) as one bar chart per test, and steady's latency
-distribution. analysis.plots draws them; the tests check these numbers, not pixels.
+points (seed 004's Iometer tests) as one bar chart per test, steady's latency distribution,
+and with a power log the average power and efficiency of the sweeps, the 70/30 test and ACT.
+analysis.plots draws them; the tests check these numbers, not pixels.
 """
 from dataclasses import dataclass, field
 
-from analysis.score_labels import share_words, split_words
+from analysis.score_labels import RUN_VALUES, share_words, split_words
 
 SIX_SHARES = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)  # seed 001's six mixes, whose MB/s it averages
 HEADLINE_SHARE = 0.7  # seed 000's (and the verdict's) 70/30
@@ -45,7 +46,8 @@ def _unique(name: str, taken) -> str:
 class SweepChart:
     """`lines`: {name: (read shares ascending, values)}, each sweep of two points or more;
     `headline`: {name: value at 70/30} and `average`: {name: average over SIX_SHARES} of the
-    lines that have them (the bars beside the sweep); `unit`: the values' ("MB/s", "IOPS")."""
+    lines that have them (the bars beside the sweep); `unit`: the values' ("MB/s", "IOPS",
+    "W", "MB/s/W")."""
 
     unit: str
     lines: dict = field(default_factory=dict)
@@ -55,20 +57,76 @@ class SweepChart:
 
 def sweep_chart(tables: dict[str, list[dict]], value: str = "mb_per_s") -> SweepChart:
     """The sweep lines of {target tag: table rows}, with their 70/30 and six-mix bars; a
-    sweep of one point is a test of its own (point_charts), not a line."""
-    chart = SweepChart("MB/s" if value == "mb_per_s" else "IOPS")
+    sweep of one point is a test of its own (point_charts), not a line. `value`: a key of
+    score_labels.RUN_VALUES; a point without it (None: a run the power log does not cover)
+    is left out of its line, a line without any is not drawn. Seed 001's six-mix average is
+    of MB/s and IOPS only: no page averages power over the mixes."""
+    chart = SweepChart(RUN_VALUES[value][1])
     for label, rows in tables.items():
         for split, data, points in sweeps(rows):
             if len({float(r["read_share"]) for r in points}) < 2:
                 continue
+            pts = sorted((float(r["read_share"]), float(r[value])) for r in points
+                         if r.get(value) is not None)
+            if not pts:
+                continue
             name = _unique(_sweep_name(label, split, data), chart.lines)
-            pts = sorted((float(r["read_share"]), float(r[value])) for r in points)
             chart.lines[name] = ([x for x, _ in pts], [y for _, y in pts])
             by_share = dict(pts)
             if HEADLINE_SHARE in by_share:
                 chart.headline[name] = by_share[HEADLINE_SHARE]
-            if all(s in by_share for s in SIX_SHARES):
+            if value in ("mb_per_s", "iops") and all(s in by_share for s in SIX_SHARES):
                 chart.average[name] = sum(by_share[s] for s in SIX_SHARES) / len(SIX_SHARES)
+    return chart
+
+
+POWER_VALUES = ("average_w", "mb_per_s_per_w", "iops_per_w")
+
+
+def with_power(rows: list[dict], runs: list[dict], prefix: str = "") -> list[dict]:
+    """A results set's table `rows` with each point's run's power (POWER_VALUES, None where
+    the log did not cover the run) from results.json's `runs`; `prefix`: the pass's run
+    names' ("op25-" for a set whose first pass is over-provisioned)."""
+    watts = {r.get("name"): r.get("power") or {} for r in runs}
+    return [{**row, **{k: watts.get(prefix + str(row.get("run")), {}).get(k) for k in POWER_VALUES}}
+            for row in rows]
+
+
+def has_power(runs: list[dict]) -> bool:
+    """Whether any run of a set was measured by a power log."""
+    return any(r.get("power") for r in runs)
+
+
+@dataclass
+class PowerBars:
+    """One test's power as the pages draw it beside its score: `bars` {name: (average W,
+    MB/s/W)} per target, `title` the test's."""
+
+    title: str
+    bars: dict = field(default_factory=dict)
+
+
+def steady_power_bars(sets: dict[str, dict]) -> PowerBars:
+    """Seed 002's "70R/30W (QD32) Efficiency" of {tag: a steady pass's scores}: the power
+    over the scored window (replay.bench.scores.power_scores), the efficiency at its steady
+    IOPS; a pass without them has no bar."""
+    chart = PowerBars("Steady-state scored window: efficiency and average power")
+    for tag, s in sets.items():
+        if s.get("steady_average_w") is not None:
+            share = s.get("read_share")
+            name = tag if share is None else f"{tag}, {share_words(round(share * 100))}"
+            chart.bars[_unique(name, chart.bars)] = (s["steady_average_w"], s["steady_mb_per_s_per_w"])
+    return chart
+
+
+def act_power_bars(sets: dict[str, dict]) -> PowerBars:
+    """Seed 000's "Aerospike ACT: Power Efficiency" of {tag: ACT scores}: each target's run at
+    its passing multiple; a target that passed none, or ran without a power log, has no bar."""
+    chart = PowerBars("Aerospike ACT at the passing multiple: efficiency and average power")
+    for tag, s in sets.items():
+        if s.get("act_average_w") is not None:
+            chart.bars[_unique(f"{tag} at {s['act_multiple']:g}x", chart.bars)] = (
+                s["act_average_w"], s["act_mb_per_s_per_w"])
     return chart
 
 
@@ -94,7 +152,7 @@ def point_charts(tables: dict[str, list[dict]], what: str = "4 KiB random",
     test is a split and a read share, its bars each target's data patterns (seed 004 shows
     fully random and pseudo-random data side by side)."""
     charts: dict[tuple, PointChart] = {}
-    unit = "MB/s" if value == "mb_per_s" else "IOPS"
+    unit = RUN_VALUES[value][1]
     for label, rows in tables.items():
         for split, data, points in sweeps(rows):
             if len({float(r["read_share"]) for r in points}) != 1:

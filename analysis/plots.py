@@ -259,6 +259,30 @@ def point_bars(chart):
     return fig
 
 
+def power_bars(chart):
+    """`chart`: an analysis.bench_charts.PowerBars: the pages' two tabs side by side,
+    efficiency (MB/s/W) and average power (W), a bar per target, each value written beside
+    its bar; a missing efficiency (a zero-watt average) is an empty bar marked "-"."""
+    names = list(chart.bars)
+    fig, axes = plt.subplots(1, 2, figsize=(_SIZE[0] + 2, 1.4 + 0.4 * max(len(names), 2)),
+                             dpi=_DPI, layout="constrained", sharey=True)
+    fig.suptitle(chart.title)
+    for ax, i, title, unit in ((axes[0], 1, "Power efficiency", "MB/s/W"),
+                               (axes[1], 0, "Average power", "W")):
+        values = [chart.bars[n][i] for n in names]
+        shown = [0.0 if v is None else v for v in values]
+        bars = ax.barh(range(len(names)), shown, color="tab:green" if i else "tab:orange")
+        ax.bar_label(bars, ["-" if v is None else _short(v) for v in values], fontsize="x-small",
+                     padding=2)
+        ax.set_title(title, fontsize="medium")
+        ax.set_xlabel(unit)
+        ax.set_xlim(0, max(shown, default=0) * 1.25 or 1)
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(names)), names, fontsize="x-small")
+    axes[0].invert_yaxis()
+    return fig
+
+
 def latency_distribution(ranges: dict[str, list[tuple[str, float]]],
                          title="Latency distribution of the scored window"):
     """`ranges`: {label: [(latency range, share of I/Os)]} (analysis.bench_charts

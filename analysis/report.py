@@ -378,6 +378,53 @@ def _bench_figures(sets) -> list:
     return figures
 
 
+POWER_TESTS = ("mix", "steady", "act")  # the tests whose power the pages chart
+
+
+def _power_figures(sets) -> tuple[list, list]:
+    """(figures, notes) of the pages' power charts, for the sets run with --power-log: the mix
+    sweeps' average power and efficiency per point with the 70/30 bar (seed 000), steady's
+    scored window (seed 002's 70/30 efficiency) and ACT at its passing multiple (seed 000).
+    Without power in any set there are none, silently; a set of those tests without power
+    beside others with it is named in one note."""
+    measured = [it for it in sets if it.loaded.test in POWER_TESTS]
+    powered = [it for it in measured if bench_charts.has_power(it.loaded.metadata.get("runs") or [])]
+    if not powered:
+        return [], []
+    notes = []
+    missing = [it.tag for it in measured if it not in powered]
+    if missing:
+        notes.append(f"No power chart for {', '.join(missing)}: run without --power-log.")
+    figures, tables, steady, act = [], {}, {}, {}
+    for it in powered:
+        sc, meta = it.loaded.scores, it.loaded.metadata
+        if it.loaded.test == "mix" and sc.get("table"):
+            first = (meta.get("op") or [{}])[0].get("op") or 0
+            tables[it.tag] = bench_charts.with_power(sc["table"], meta["runs"],
+                                                     f"op{first}-" if first else "")
+        if it.loaded.test == "steady":
+            steady.update(_steady_passes(it))
+        if it.loaded.test == "act":
+            act[it.tag] = sc
+    for value, name, title in (("average_w", "mix_power", "4 KiB random mixes: average power"),
+                               ("mb_per_s_per_w", "mix_efficiency", "4 KiB random mixes: efficiency")):
+        chart = bench_charts.sweep_chart(tables, value)
+        if chart.lines:
+            figures.append((name, f"{title} ({chart.unit}) at each read share, each point over its "
+                            "whole run, with the 70/30 headline's bar (seed 000's tabs).",
+                            plots.sweep_mb(chart, f"{title} ({chart.unit})")))
+    for name, chart, caption in (
+            ("steady_power", bench_charts.steady_power_bars(steady),
+             "The steady-state test's efficiency (its scored window's MB/s over the window's "
+             "average power) and average power, as seed 002's 70R/30W efficiency."),
+            ("act_power", bench_charts.act_power_bars(act),
+             "Aerospike ACT's efficiency and average power over the run at each target's passing "
+             "multiple (seed 000); a target that passed none has no bar.")):
+        if chart.bars:
+            figures.append((name, caption, plots.power_bars(chart)))
+    return figures, notes
+
+
 def _looks(files, colours) -> dict:
     """{tag: look} of each results file: its target's colour, and a line style and marker per
     trace among that target's, so that a colour means one target in every plot."""
@@ -462,8 +509,10 @@ def build_report(paths, output, labels=None, bin_ns: int | None = None) -> Path:
                                                 trace_clock=clock == "ts_ns")))
     figures += _bench_figures(sets)
     figures += act_chart.report_figures(sets, colours)
+    power_figures, power_notes = _power_figures(sets)
+    figures += power_figures
 
-    verdict_html, notes = "", []
+    verdict_html, notes = "", list(power_notes)
     if len(targets) == 2:
         # Results sets are the synthetic side; without any, closed-loop runs of generated tests.
         synthetic = sets or [it for it in files if _is_synthetic(it.loaded)]

@@ -22,6 +22,24 @@ LABELS = {
     "act_multiple": ("ACT", "x load"),
     "search_start": ("ACT search started at", "x load"),
     "act_threads": ("ACT's threads (the most transactions in flight)", "threads"),
+    # --power-log: the power of what the charts headline (replay.bench.scores.power_scores).
+    "steady_average_w": ("average power over the scored window", "W"),
+    "steady_mb_per_s_per_w": ("efficiency over the scored window", "MB/s/W"),
+    "steady_iops_per_w": ("efficiency over the scored window", "IOPS/W"),
+    "steady_power_covered": ("part of the scored window the power log covers", "%"),
+    "act_average_w": ("ACT's average power at its passing multiple", "W"),
+    "act_mb_per_s_per_w": ("ACT's efficiency at its passing multiple", "MB/s/W"),
+    "act_iops_per_w": ("ACT's efficiency at its passing multiple", "IOPS/W"),
+}
+
+# What a run measures (a mix table's row, a run's power): key -> (label, unit), the charts'
+# axes and the console's columns.
+RUN_VALUES = {
+    "mb_per_s": ("throughput", "MB/s"),
+    "iops": ("throughput", "IOPS"),
+    "average_w": ("average power", "W"),
+    "mb_per_s_per_w": ("efficiency", "MB/s/W"),
+    "iops_per_w": ("efficiency", "IOPS/W"),
 }
 
 # The mix and seqmix sweeps' keys name a point or a sweep: its split (WORKERSxQD) and, other
@@ -32,6 +50,9 @@ PATTERNS = (
     (re.compile(rf"mb_per_s_70_30_{_POINT}"), "70/30", "MB/s"),
     (re.compile(rf"mb_per_s_r(?P<pct>\d+)_{_POINT}"), None, "MB/s"),  # a single point (seed 004)
     (re.compile(rf"mb_per_s_average_{_POINT}"), "average of the six mixes,", "MB/s"),
+    (re.compile(rf"average_w_70_30_{_POINT}"), "average power at 70/30", "W"),
+    (re.compile(rf"mb_per_s_per_w_70_30_{_POINT}"), "efficiency at 70/30", "MB/s/W"),
+    (re.compile(rf"iops_per_w_70_30_{_POINT}"), "efficiency at 70/30", "IOPS/W"),
 )
 
 

@@ -7,7 +7,9 @@ from dataclasses import asdict
 from analysis import act_chart, score_labels, scoring
 from analysis.bench_charts import latency_ranges
 from analysis.summary import RunSummary
-from replay.bench.options import SECOND_NS, VERDICT_MIX_KEY, percent, size_label, split_label
+from analysis import power
+from replay.bench.options import (SECOND_NS, VERDICT_MIX_KEY, percent, size_label, split_label,
+                                  sweep_key)
 
 def _finite(x):
     """JSON has no infinity: an infinite ratio (a perfectly even run) is stored as null."""
@@ -113,6 +115,47 @@ def act_scores(bins, period_s, duration_s) -> dict:
                                                  for s in p.shares]} for p in check.periods]}
 
 
+STEADY_BLOCK = 4096  # steady's 4 KiB random I/Os: its window's MB/s from its IOPS
+
+
+def _power_keys(prefix: str, found: dict | None) -> dict:
+    if not found:
+        return {}
+    return {f"{prefix}average_w": found["average_w"],
+            f"{prefix}mb_per_s_per_w": found["mb_per_s_per_w"],
+            f"{prefix}iops_per_w": found["iops_per_w"]}
+
+
+def power_scores(test: str, scores: dict, runs: list[dict], prefix: str, log) -> dict:
+    """The power of what a pass's charts headline, as scores (analysis.score_labels names
+    them): a mix sweep's 70/30 point (average_w_70_30_1x32, ...), as seed 000's bars; steady's
+    scored window, as seed 002's 70/30 efficiency (its average over that window, the run's
+    steady IOPS at it); ACT's run at its passing multiple, as seed 000's ACT bars. `runs`: the
+    set's runs with their power (analysis.power.measure); `prefix`: the pass's run names'
+    (op_prefix); `log`: the power log, for steady's window."""
+    watts = {r["name"]: r.get("power") for r in runs}
+    out = {}
+    if test == "mix":
+        for row in scores.get("table", []):
+            if row["read_share"] == 0.7:
+                key = sweep_key((row["workers"], row["qd"]), row["data"])
+                p = watts.get(prefix + row["run"])
+                out.update({f"{k}_70_30_{key}": v for k, v in _power_keys("", p).items()})
+    elif test == "steady" and scores.get("steady_iops") is not None and scores.get("window_s"):
+        run = next((r for r in runs if r["name"] == prefix + "steady"), None)
+        if run is not None:
+            end = power.parse_when(run["started"]) + run["summary"]["duration_ns"] / 1e9
+            iops, window = scores["steady_iops"], float(scores["window_s"])
+            found = power.run_power(log, end - window, window, iops * STEADY_BLOCK / 1e6, iops)
+            out.update(_power_keys("steady_", found))
+            if found:
+                out["steady_power_covered"] = found["covered_share"]
+    elif test == "act" and scores.get("passed"):
+        p = watts.get(prefix + f"act-x{scores['act_multiple']:g}")
+        out.update(_power_keys("act_", p))
+    return out
+
+
 def format_results(results: dict) -> str:
     """A compact table of a results set's scores, for the console: each over-provisioned
     pass (--op) said before the scores it gave."""
@@ -143,6 +186,12 @@ def _power_lines(results: dict) -> list[str]:
                      f"{'-' if mb is None else f'{mb:,.1f}':>10}{'-' if io is None else f'{io:,.0f}':>10}"
                      f"{percent(p['covered_share']):>7} %")
     return lines
+
+
+def _power_words(s: dict, prefix: str, more=()) -> list[str]:
+    """The headline power scores (power_scores) of a steady or ACT pass, in words."""
+    keys = [f"{prefix}{k}" for k in ("average_w", "mb_per_s_per_w", "iops_per_w")] + list(more)
+    return [score_labels.words(k, s[k]) for k in keys if s.get(k) is not None]
 
 
 def _op_line(p: dict) -> str:
@@ -187,6 +236,7 @@ def _score_lines(test: str, s: dict) -> list[str]:
                 lines.append(f"{title}: " + ", ".join(
                     f"{'QD' + str(r['qd']) if key == 'qd_scaling' else str(percent(r['read_share'])) + ' % reads'}"
                     f" {r['iops']:,.0f} IOPS" for r in s[key]))
+        lines += _power_words(s, "steady_", ("steady_power_covered",))
     elif test == "act":
         if s.get("latency_definition"):
             lines.append(f"latency: {s['latency_definition']}")
@@ -205,6 +255,7 @@ def _score_lines(test: str, s: dict) -> list[str]:
             lines.append(f"at most {s['act_threads']} transactions outstanding (ACT's threads)")
         if act_chart.start_words(s):
             lines.append(act_chart.start_words(s))
+        lines += _power_words(s, "act_")
     elif test == "pts":
         if s.get("purge"):
             lines.append(f"purge: {s['purge']['method']}; a PTS purge here: "

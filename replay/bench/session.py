@@ -11,6 +11,7 @@ from analysis import power, scoring
 from replay.bench import TESTS, procedures
 from replay.bench.options import (FILL_BLOCK, FORMAT, KIB, MIB, MIX_SPAN, VERSION, BenchError,
                                   BenchOptions, check_numbers, check_op, op_prefix)
+from replay.bench.scores import power_scores
 from replay.options import DATA_PATTERN, MAX_DEPTH, MAX_WORKERS
 from replay.runner import GeneratorSource, RunOptions, null_target, replay
 from synth import generators as g
@@ -181,6 +182,9 @@ class Bench:
             last = self.runs[-1]
             raise power.no_overlap(log, min(starts),
                                    max(starts) + last["summary"]["duration_ns"] / 1e9)
+        for p in self.passes:  # each pass's headline power, as its charts draw it
+            s = self.all_scores if p["scores"] is None else self.all_scores.get(p["scores"], {})
+            s.update(power_scores(self.test, s, self.runs, op_prefix(p["op"]), log))
         self.power = {"log": str(o.power_log), "log_start": log.start_s, "log_end": log.end_s,
                       "samples": len(log.t_s)}
 

@@ -130,3 +130,81 @@ def test_the_consistency_label_says_the_formula_is_ours():
     label, unit = score_labels.label("consistency")
     assert "seed 003" in label and "average / standard deviation" in label and unit == ""
     assert score_labels.label("no_such_score") is None
+
+
+# ---- power and efficiency (--power-log): seed 000's mix sweep and ACT, seed 002's 70/30 -----
+
+B = 1_800_000_000.0  # a Unix second; the hand-made log's samples are at B + 0 .. B + 7
+
+
+def at(s: float) -> str:
+    """Run "started" as results.json keeps it: ISO 8601 with a zone."""
+    from datetime import datetime, timezone
+    return datetime.fromtimestamp(B + s, timezone.utc).isoformat()
+
+
+@pytest.fixture
+def meter(tmp_path):
+    """A meter's log by column name (stamp in Unix seconds, watts): a sample a second."""
+    from analysis.power import read_log
+    path = tmp_path / "meter.csv"
+    watts = (2, 4, 3, 3, 5, 7, 6, 6)
+    path.write_text("stamp,watts\n" + "".join(f"{B + i:.1f},{w}\n" for i, w in enumerate(watts)))
+    return read_log(path, ("stamp", "watts"))
+
+
+def test_the_mix_sweeps_power_and_efficiency_from_a_hand_made_log(meter):
+    from analysis.power import measure
+
+    # Four 1 s points at B+0, B+2, B+4, B+6 and one at B+20, after the log's end.
+    rows = [row(1.0, 300.0, "1x32"), row(0.7, 240.0, "1x32"), row(0.4, 180.0, "1x32"),
+            row(0.0, 120.0, "1x32"), row(0.2, 150.0, "1x32")]
+    runs = []
+    for r, (name, start) in zip(rows, (("a", 0), ("b", 2), ("c", 4), ("d", 6), ("e", 20))):
+        r["run"] = name
+        summary = {"duration_ns": 1_000_000_000, "mb_per_s": r["mb_per_s"], "iops": r["iops"]}
+        runs.append({"name": name, "started": at(start), "power": measure(meter, at(start), summary)})
+    table = bench_charts.with_power(rows, runs)
+    assert bench_charts.has_power(runs)
+    # Trapezoids between samples a second apart: [0, 1] (2 + 4) / 2 = 3 W; [2, 3] 3 W;
+    # [4, 5] (5 + 7) / 2 = 6 W; [6, 7] 6 W; the last point is not in the log.
+    watts = bench_charts.sweep_chart({"t": table}, "average_w")
+    assert watts.unit == "W"
+    assert watts.lines == {"t QD32": ([0.0, 0.4, 0.7, 1.0], [6.0, 6.0, 3.0, 3.0])}
+    assert watts.headline == {"t QD32": 3.0} and watts.average == {}
+    eff = bench_charts.sweep_chart({"t": table}, "mb_per_s_per_w")
+    assert eff.unit == "MB/s/W"
+    # 120 / 6, 180 / 6, 240 / 3, 300 / 3.
+    assert eff.lines == {"t QD32": ([0.0, 0.4, 0.7, 1.0], [20.0, 30.0, 80.0, 100.0])}
+    assert eff.headline == {"t QD32": 80.0}
+    iops = bench_charts.sweep_chart({"t": table}, "iops_per_w")
+    assert iops.unit == "IOPS/W" and iops.headline == {"t QD32": 240.0 * 256 / 3}
+    # A set without power draws nothing, and says so to has_power.
+    bare = [{**r, "power": None} for r in runs]
+    assert not bench_charts.has_power(bare)
+    assert bench_charts.sweep_chart({"t": bench_charts.with_power(rows, bare)}, "average_w").lines == {}
+
+
+def test_an_over_provisioned_pass_finds_its_runs_by_their_prefix():
+    rows = [{**row(1.0, 10.0), "run": "1x3-r100"}, {**row(0.0, 20.0), "run": "1x3-r0"}]
+    runs = [{"name": "1x3-r100", "power": {"average_w": 9.0}},
+            {"name": "op25-1x3-r100", "power": {"average_w": 2.0, "mb_per_s_per_w": 5.0}},
+            {"name": "op25-1x3-r0", "power": {"average_w": 4.0, "mb_per_s_per_w": 5.0}}]
+    chart = bench_charts.sweep_chart({"t": bench_charts.with_power(rows, runs, "op25-")}, "average_w")
+    assert chart.lines == {"t QD3": ([0.0, 1.0], [4.0, 2.0])}
+
+
+def test_steady_and_act_power_bars_and_their_labels():
+    steady = {"read_share": 0.7, "steady_average_w": 5.0, "steady_mb_per_s_per_w": 0.8192}
+    act = {"act_multiple": 40.0, "passed": True, "act_average_w": 4.0, "act_mb_per_s_per_w": 12.5}
+    chart = bench_charts.steady_power_bars({"a: steady": steady, "b: steady": {"read_share": 0.7}})
+    assert chart.bars == {"a: steady, 70 % reads": (5.0, 0.8192)}  # b ran without a log
+    chart = bench_charts.act_power_bars({"a: act": act, "b: act": {"act_multiple": 0, "passed": False}})
+    assert chart.bars == {"a: act at 40x": (4.0, 12.5)}
+    assert score_labels.words("average_w_70_30_32x1", 3.0) == "average power at 70/30 32 workers x QD1: 3 W"
+    assert score_labels.words("mb_per_s_per_w_70_30_1x32", 80.0) == "efficiency at 70/30 QD32: 80 MB/s/W"
+    assert score_labels.words("steady_mb_per_s_per_w", 0.8192) == \
+        "efficiency over the scored window: 0.819 MB/s/W"
+    assert score_labels.words("act_average_w", 4.0) == "ACT's average power at its passing multiple: 4 W"
+    assert score_labels.words("steady_power_covered", 0.5) == \
+        "part of the scored window the power log covers: 50 %"
