@@ -251,3 +251,22 @@ def test_power_charts_of_a_metered_bench_on_a_loop_device(tmp_path, monkeypatch,
     r, steady = metered_bench(tmp_path, tmp_path / "steady", *STEADY[:1], device, *STEADY[1:],
                               "--engine", "io_uring")
     check_power_charts(tmp_path, monkeypatch, mix, steady)
+
+
+def test_the_report_draws_acts_power_at_the_passing_multiple(tmp_path, monkeypatch):
+    from analysis import report
+
+    r, act = metered_bench(tmp_path, tmp_path / "act", "act", "--engine", "null", "--search",
+                           "--start", "3", "--step", "1", "--duration", "1", "--period", "1",
+                           "--no-prep", "--span", "64M")
+    s = act["scores"]
+    assert s["passed"]  # the null engine keeps up with a few times ACT's load
+    (run,) = [x for x in act["runs"] if x["name"] == f"act-x{s['act_multiple']:g}"]
+    assert s["act_average_w"] == pytest.approx(7.25) == run["power"]["average_w"]
+    assert s["act_mb_per_s_per_w"] == pytest.approx(run["summary"]["mb_per_s"] / 7.25)
+    assert "ACT's average power at its passing multiple: 7.25 W" in r.stdout
+    drawn = spy_power(monkeypatch)
+    report.build_report([tmp_path / "act"], tmp_path / "r.html", labels=["t"])
+    (bars,) = drawn["power_bars"]
+    assert bars.bars == {f"t: act at {s['act_multiple']:g}x": (s["act_average_w"], s["act_mb_per_s_per_w"])}
+    assert "act_power" in {p.stem for p in (tmp_path / "r_files").iterdir()}
