@@ -99,10 +99,10 @@ impl UringEngine {
     ///
     /// The first enter also reaps what has completed (GETEVENTS with no minimum: with
     /// DEFER_TASKRUN only such an enter runs completions); the wait is a second enter, made
-    /// only when that found none: fio's commit then getevents. One enter that submits and then
-    /// sleeps did 0.84x as many I/Os at QD1 on a loop device over /dev/shm (bench/floor.c
-    /// before and after the same change, median of 25 alternating rounds); at depth the first
-    /// enter nearly always finds completions, so the second is rare.
+    /// only when that found none: fio's commit then getevents. Against one enter that submits
+    /// and then sleeps, bench/floor.c's loop did 1.04x as many I/Os at QD1 on a loop device
+    /// over /dev/shm (median of 31 alternating rounds; 1.20x and 2.05x in shorter series);
+    /// at depth the first enter nearly always finds completions, so the second is rare.
     fn submit_staged(&mut self, wait_one: bool) -> io::Result<Option<i64>> {
         let at = now_ns();
         let ok = |r: io::Result<usize>| match r {
