@@ -5,7 +5,7 @@ VENV = .venv
 PY = $(VENV)/bin/python
 DEBIAN_PACKAGES = fio liburing-dev blktrace e2fsprogs fdisk util-linux mount postgresql qemu-system-x86 debootstrap chromium \
 	linux-source make gcc flex bison bc git mariadb-server-core mariadb-client-core sysbench \
-	rocksdb-tools imagemagick ffmpeg nginx iproute2
+	rocksdb-tools imagemagick ffmpeg nginx iproute2 libreoffice-writer-nogui libreoffice-calc-nogui
 
 .PHONY: install demo deps packages test quick-test clean-cache
 
@@ -21,15 +21,16 @@ demo: install
 # Debian packages the tests use: fio and blktrace as peers and reference decoders,
 # mkfs/sfdisk/losetup/blkid for loop-device targets; for the capture recipes PostgreSQL,
 # MariaDB and sysbench, RocksDB's db_bench, ImageMagick (its convert by Debian's own name),
-# ffmpeg, nginx (and iproute2's ss, which checks it listens on 127.0.0.1 only), git, the kernel's
-# source and its build tools, qemu and debootstrap; chromium to render reports; liburing-dev for
-# bench/floor.c.
+# ffmpeg, nginx (and iproute2's ss, which checks it listens on 127.0.0.1 only), LibreOffice's
+# headless Writer and Calc, git, the kernel's source and its build tools, qemu and debootstrap;
+# chromium to render reports; liburing-dev for bench/floor.c.
 deps:
 	@for tool in fio blkparse mkfs.ext4 sfdisk losetup blkid mount pg_ctlcluster qemu-system-x86_64 debootstrap chromium \
 			make gcc flex bison bc git mariadbd my_print_defaults sysbench db_bench ffmpeg nginx ss; do \
 		command -v $$tool >/dev/null || { $(MAKE) --no-print-directory packages; break; }; \
 	done
-	@for file in /usr/include/liburing.h /usr/src/linux-source-*.tar.xz /usr/bin/convert-im*.q16; do \
+	@for file in /usr/include/liburing.h /usr/src/linux-source-*.tar.xz /usr/bin/convert-im*.q16 \
+			/usr/lib/libreoffice/program/libswlo.so /usr/lib/libreoffice/program/libsclo.so; do \
 		test -e $$file || { $(MAKE) --no-print-directory packages; break; }; \
 	done
 

@@ -68,6 +68,7 @@ WORKLOADS = {
     "video": (["--seconds", "20"], ["--seconds", "4"]),
     "web": (["--files", "3000", "--requests", "30000"],
             ["--files", "500", "--requests", "3000", "--memory-mb", "16"]),
+    "office": (["--documents", "30"], ["--documents", "6"]),
 }
 MODES = {"causal": ["--timing", "causal"], "original": [], "afap": ["--afap", "--qd", "32"]}
 

@@ -116,7 +116,7 @@ def test_oltp_like_refuses_a_tiny_span():
 # -- the captured traces (issue 4): made by `replay capture recipe NAME` with default knobs --
 
 CAPTURED = ("oltp", "blob", "blobclosed", "filecopy", "build", "gitclone", "dpkg", "mariadb", "rocksdb", "photos",
-            "video", "web")
+            "video", "web", "office")
 
 
 def _characterise(name):
@@ -281,3 +281,18 @@ def test_web_trace_serves_a_zipf_tree_in_small_cold_reads():
     assert tree["bytes"] < length[reads].sum() < outcome["bytes"]
     assert np.median(length[reads]) <= 64 * KIB  # web-sized files, not streams
     assert length[op == Op.WRITE].sum() < 0.01 * length[reads].sum()  # the access log
+
+
+def test_office_trace_reads_the_application_cold_and_converts_every_document():
+    columns, metadata = read_trace(library.resolve("office"))
+    outcome, install = metadata["recipe"]["outcome"], metadata["recipe"]["installation"]
+    documents = metadata["recipe"]["documents"]
+    assert outcome["documents"] == documents["files"] == outcome["pdf"] + outcome["xlsx"] >= 30
+    op, length, comm = columns["op"], columns["length"], columns["comm"]
+    read = op == Op.READ
+    # The launch reads much of LibreOffice's 370 MiB from the device (the documents are 1.5 MB),
+    # soffice.bin itself nearly all of it, in readahead's large requests over its libraries.
+    assert length[read].sum() > 0.4 * install["bytes"] > 50 * documents["bytes"]
+    assert length[read & (comm == "soffice.bin")].sum() > 0.9 * length[read].sum()
+    assert length[read & (length >= 256 * KIB)].sum() > 0.7 * length[read].sum()
+    assert length[op == Op.WRITE].sum() < 0.1 * length[read].sum()  # the PDFs, sheets and profile

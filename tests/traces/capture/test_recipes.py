@@ -18,7 +18,8 @@ from traces.errors import ReplayError
 from traces.schema import Op
 from traces.trace import open_trace, read_trace
 
-OURS = ("oltp", "blob", "blobclosed", "filecopy", "build", "gitclone", "dpkg", "mariadb", "rocksdb", "photos", "video", "web")
+OURS = ("oltp", "blob", "blobclosed", "filecopy", "build", "gitclone", "dpkg", "mariadb", "rocksdb", "photos", "video", "web",
+        "office")
 root_loop = [pytest.mark.root, pytest.mark.loopdev]
 
 

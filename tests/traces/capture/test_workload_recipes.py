@@ -195,6 +195,28 @@ def test_video_quick(tmp_path, clean):
     assert any(comm.startswith("ffmpeg") for comm in set(cols["comm"][reads]))
 
 
+def test_office_quick(tmp_path, clean):
+    module = recipe("office")
+    clean("office")
+    out = tmp_path / "office.parquet"
+    module.run(None, out, notices=[], documents=6)
+    cols, meta, outcome = captured(out)
+    install, documents = meta["recipe"]["installation"], meta["recipe"]["documents"]
+    assert documents == {"files": 6, "bytes": documents["bytes"], "text": 2, "web": 2, "sheet": 2}
+    # Every document converted: texts and web pages to PDF in the first launch, sheets to XLSX.
+    assert outcome["unit"] == "documents" and (outcome["documents"], outcome["pdf"], outcome["xlsx"]) == (6, 4, 2)
+    assert meta["recipe"]["applications"]["libreoffice"].startswith("LibreOffice ")
+    # The copy holds the program, its libraries (libc among them) and fonts: hundreds of MiB.
+    assert install["bytes"] > 100 * MIB and install["libraries"] > 20 and install["fonts"] > 0
+    ops, length = cols["op"], cols["length"]
+    reads, writes = ops == Op.READ, ops == Op.WRITE
+    # A cold launch reads much of the installation from the device (the documents are a small
+    # part), and writes far less: the PDFs, spreadsheets and the profile's changes.
+    assert length[reads].sum() > 0.2 * install["bytes"] > 10 * documents["bytes"]
+    assert 0 < length[writes].sum() < 0.2 * length[reads].sum()
+    assert "soffice.bin" in set(cols["comm"][reads])
+
+
 def nginx_listeners(tag):
     """The addresses that nginx processes whose command line holds `tag` listen on, as `ss`
     sees them."""

@@ -27,6 +27,7 @@ RECIPES = {
     "photos": "traces.capture.recipes.photos",
     "video": "traces.capture.recipes.video",
     "web": "traces.capture.recipes.web",
+    "office": "traces.capture.recipes.office",
 }
 
 
