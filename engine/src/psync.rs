@@ -180,7 +180,10 @@ pub(crate) fn perform(fd: RawFd, io: &Io, is_block: bool, issue_ns: i64) -> Comp
     // these threads are joined.
     let ret = unsafe {
         match io.kind {
-            IoKind::Read { buf, len } => libc::pread(fd, buf.cast(), len as usize, off) as i64,
+            // The system call itself, not libc's pread: that wrapper is a cancellation point,
+            // and switching asynchronous cancellation on and off around every call took 1.3 %
+            // of the pool threads' CPU on zram (perf); nothing here is ever cancelled.
+            IoKind::Read { buf, len } => libc::syscall(libc::SYS_pread64, fd, buf, len as usize, off),
             IoKind::Write { buf, len, fua } => {
                 let iov = libc::iovec { iov_base: buf.cast_mut().cast(), iov_len: len as usize };
                 libc::pwritev2(fd, &iov, 1, off, if fua { libc::RWF_DSYNC } else { 0 }) as i64
