@@ -139,12 +139,13 @@ class Annotator:
         out = {"parent": np.zeros(n, np.int32), "parent2": np.zeros(n, np.int32),
                "think_ns": np.zeros(n, np.int64), "from_op": np.zeros(n, np.int8), "woken": np.zeros(n, np.uint8)}
         flags = chunk.get("flags")
-        flags = np.zeros(n, np.uint8) if flags is None else np.asarray(flags, np.uint8)
+        # The kernel takes C-contiguous columns (a copy only of a strided one).
+        flags = np.zeros(n, np.uint8) if flags is None else np.ascontiguousarray(flags, np.uint8)
         group = groups_of(np.asarray(chunk["pid"]), chunk.get("comm"))
-        op = np.asarray(chunk["op"], np.uint8)
-        self.kernel(self.rows, np.asarray(chunk["ts_ns"], np.int64), op,
-                        np.asarray(chunk["latency_ns"], np.int64), group, flags,
-                        self.sleeps.woke(np.asarray(chunk["pid"]), np.asarray(chunk["ts_ns"], np.int64)),
+        op = np.ascontiguousarray(chunk["op"], np.uint8)
+        ts = np.ascontiguousarray(chunk["ts_ns"], np.int64)
+        self.kernel(self.rows, ts, op, np.ascontiguousarray(chunk["latency_ns"], np.int64), group, flags,
+                        self.sleeps.woke(np.asarray(chunk["pid"]), ts),
                         list(HEURISTICS).index(self.heuristic), self.window_ns, self.max_back, *self.state,
                         out["parent"], out["parent2"], out["think_ns"], out["from_op"], out["woken"])
         self.rows += n

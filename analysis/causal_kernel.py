@@ -8,7 +8,7 @@ from numba import types
 from numba.typed import Dict, List
 
 from analysis.causal import BARRIER, DURABLE_WINDOW_NS, RECENT
-from traces.kernel_types import I32, I64, I8, U8, ro, rw
+from traces.kernel_types import I32, I64, I8, U8, ro_c, rw
 
 _PENDING = types.UniTuple(types.int64, 4)  # (done_ns, row, group, is_write | durable << 1 | op << 2)
 
@@ -71,7 +71,7 @@ def heapq_pop(heap):
 
 
 @numba.njit(
-    (I64, ro(I64), ro(U8), ro(I64), ro(I64), ro(U8), ro(I64), I64, I64, I64,
+    (I64, ro_c(I64), ro_c(U8), ro_c(I64), ro_c(I64), ro_c(U8), ro_c(I64), I64, I64, I64,
     types.ListType(types.UniTuple(I64, 4)), types.DictType(I64, I64), types.DictType(I64, I64),
     types.DictType(I64, I64), rw(I64), rw(I64, 2), rw(I64), rw(I32), rw(I32), rw(I64), rw(I8),
     rw(U8)),

@@ -12,7 +12,7 @@ from numba import types
 from numba.typed import Dict
 
 from analysis.histogram import N_BINS, LatencyHistogram, bin_index, bin_mid
-from traces.kernel_types import I32, I64, U8, ro, rw
+from traces.kernel_types import I32, I64, U8, ro_c, rw
 from traces.schema import Op
 from traces.units import human_bytes
 
@@ -36,7 +36,7 @@ PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 # Kernels (each tested against a NumPy reference in tests/analysis/test_characterise.py)
 # ---------------------------------------------------------------------------------------
 
-@numba.njit((ro(U8), ro(I64), ro(I64), rw(I64), rw(I64)), nogil=True, cache=True)
+@numba.njit((ro_c(U8), ro_c(I64), ro_c(I64), rw(I64), rw(I64)), nogil=True, cache=True)
 def sequential_kernel(op, offset, length, last_end, counts):
     """Count reads/writes starting where the previous I/O of the same direction ended.
 
@@ -51,7 +51,7 @@ def sequential_kernel(op, offset, length, last_end, counts):
         last_end[d] = offset[i] + length[i]
 
 
-@numba.njit((ro(I64), ro(I64), I64, rw(I64)), nogil=True, cache=True)
+@numba.njit((ro_c(I64), ro_c(I64), I64, rw(I64)), nogil=True, cache=True)
 def qd_kernel(ts, latency, window_ns, busy):
     """Add each I/O's in-flight interval [ts, ts + latency) to the windows it overlaps.
 
@@ -77,7 +77,7 @@ def qd_kernel(ts, latency, window_ns, busy):
             w += 1
 
 
-@numba.njit((ro(I64), ro(I64), I64, rw(U8)), nogil=True, cache=True)
+@numba.njit((ro_c(I64), ro_c(I64), I64, rw(U8)), nogil=True, cache=True)
 def mark_blocks(offset, length, block_shift, bitmap):
     """Set the bit of every block touched (offsets relative to the bitmap's base); count new ones."""
     new = 0
@@ -103,7 +103,7 @@ def _splitmix64(x):
     return x ^ (x >> np.uint64(31))
 
 
-@numba.njit((ro(I64), ro(I64), I64, I64, rw(U8)), nogil=True, cache=True)
+@numba.njit((ro_c(I64), ro_c(I64), I64, I64, rw(U8)), nogil=True, cache=True)
 def hll_kernel(offset, length, block_shift, p, registers):
     """HyperLogLog update with the blocks each I/O touches (hash: splitmix64 of the block)."""
     shift = np.uint64(64 - p)
@@ -135,7 +135,7 @@ def hll_estimate(registers: np.ndarray) -> float:
     return float(estimate)
 
 
-@numba.njit((ro(I64), ro(I64), I64, rw(I32), I64), nogil=True, cache=True)
+@numba.njit((ro_c(I64), ro_c(I64), I64, rw(I32), I64), nogil=True, cache=True)
 def stamp_blocks(offset, length, block_shift, stamps, stamp):
     """Count the blocks touched whose stamp is not yet `stamp`, and stamp them.
 
@@ -204,7 +204,7 @@ def _reuse_evict(last, tree, threshold):
 
 
 @numba.njit(
-    types.void(ro(I64), ro(I64), I64, types.DictType(I64, I64), rw(I64), rw(I64), rw(I64)),
+    types.void(ro_c(I64), ro_c(I64), I64, types.DictType(I64, I64), rw(I64), rw(I64), rw(I64)),
     nogil=True,
     cache=True,
 )

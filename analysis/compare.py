@@ -14,7 +14,7 @@ import numpy as np
 from analysis.results import Results, ResultsError, ResultsSet, load
 from analysis.summary import FIO_SECTIONS
 from analysis.timeseries import N_BINS, bin_mid, bin_of
-from traces.kernel_types import F64, I32, I64, U8, ro, rw
+from traces.kernel_types import F64, I32, I64, U8, ro_c, rw
 from traces.schema import RESULT_COLUMNS, Op
 
 SECOND_NS = 1_000_000_000
@@ -35,7 +35,7 @@ class CompareError(ResultsError):
 
 
 @numba.njit(
-    (ro(U8), ro(I64), ro(I64), ro(I64), ro(I64), I64, rw(I64, 2), rw(I64, 2), rw(F64, 2), rw(I32,
+    (ro_c(U8), ro_c(I64), ro_c(I64), ro_c(I64), ro_c(I64), I64, rw(I64, 2), rw(I64, 2), rw(F64, 2), rw(I32,
     3), rw(I32, 3), rw(I32, 2)),
     nogil=True, cache=True,
 )
@@ -64,7 +64,7 @@ def _window_kernel(op, intended, issue, complete, result, bin_ns, count, nbytes,
         late_h[w, bin_of(late)] += 1
 
 
-@numba.njit((ro(F64, 2), F64), nogil=True, cache=True)
+@numba.njit((ro_c(F64, 2), F64), nogil=True, cache=True)
 def _hist_percentile(hist, q):
     """Nearest-rank percentile of each row of a (resamples x bins) float histogram."""
     out = np.full(hist.shape[0], np.nan)

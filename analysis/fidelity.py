@@ -9,7 +9,7 @@ import numba
 import numpy as np
 
 from analysis.histogram import LatencyHistogram, bin_index, bin_mid
-from traces.kernel_types import F64, I64, U8, ro, rw
+from traces.kernel_types import F64, I64, U8, ro_c, rw
 from traces.schema import RESULT_COLUMNS, TRACE_COLUMNS, Op
 
 _COLUMNS = ("ts_ns", "op", "length", "intended_ns", "issue_ns", "complete_ns", "result")
@@ -123,7 +123,7 @@ def _side(k, ref, s, sq, lo, hi):
     return k, ref + s / k, max(sq - s * s / k, 0.0), lo, hi
 
 
-@numba.njit((ro(I64), rw(I64), rw(I64), ro(I64), rw(I64)), nogil=True, cache=True)
+@numba.njit((ro_c(I64), rw(I64), rw(I64), ro_c(I64), rw(I64)), nogil=True, cache=True)
 def _signed_add(values, neg_counts, pos_counts, bounds, above):
     """One pass of SignedHistogram.add: |v| counted into neg_counts (v < 0) or pos_counts, and
     above[j] += how many |v| exceed exactly j of the ascending `bounds` (len(bounds) + 1
@@ -176,7 +176,7 @@ def _signed_add(values, neg_counts, pos_counts, bounds, above):
     return _side(nn, nref, ns, nsq, nlo, nhi), _side(npos, pref, ps, psq, plo, phi)
 
 
-@numba.njit((ro(I64), ro(I64), ro(I64), I64, rw(I64)), nogil=True, cache=True)
+@numba.njit((ro_c(I64), ro_c(I64), ro_c(I64), I64, rw(I64)), nogil=True, cache=True)
 def inflight_at_starts(start, end, sorted_ends, carried, out):
     """For intervals [start[i], end[i]) with non-decreasing start and end >= start, out[i] = how
     many earlier intervals are still open at start[i] (end > start[i]). `sorted_ends` holds, in
@@ -212,7 +212,7 @@ def inflight_at_starts(start, end, sorted_ends, carried, out):
     return k
 
 
-@numba.njit((ro(I64), I64), nogil=True, cache=True)
+@numba.njit((ro_c(I64), I64), nogil=True, cache=True)
 def count_reordered(seq, max_seen):
     """RFC 4737 reordering over I/Os taken in issue order: an I/O is reordered when its trace
     position `seq` is below the highest one issued before it. Returns (count, new max_seen)."""
@@ -255,7 +255,7 @@ def sort_by_issue(issue, complete, seq, cap, budget):
     return True
 
 
-@numba.njit((ro(U8), ro(I64), ro(I64), ro(I64), ro(I64), ro(I64)), nogil=True, cache=True)
+@numba.njit((ro_c(U8), ro_c(I64), ro_c(I64), ro_c(I64), ro_c(I64), ro_c(I64)), nogil=True, cache=True)
 def _scan(op, length, intended, issue, complete, result):
     """Run-level tallies of one chunk: (trace bytes of reads and writes, trace reads, issued
     rows, bytes transferred, issued reads, earliest intended-or-issue, last completion)."""
@@ -280,7 +280,7 @@ def _scan(op, length, intended, issue, complete, result):
     return trace_bytes, trace_reads, issued, nbytes, reads, first, last
 
 
-@numba.njit((ro(I64), ro(I64), I64, I64, F64, rw(I64)), nogil=True, cache=True)
+@numba.njit((ro_c(I64), ro_c(I64), I64, I64, F64, rw(I64)), nogil=True, cache=True)
 def _gaps(issue, ts, prev_issue, prev_ts, speed, out):
     """Inter-arrival errors: out[i] = (issue[i] - issue[i-1]) - rint((ts[i] - ts[i-1]) / speed),
     with (prev_issue, prev_ts) as row -1; the same float steps as NumPy's expression."""

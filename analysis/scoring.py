@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from traces.kernel_types import BOOL, I64, U8, ro, rw
+from traces.kernel_types import BOOL, I64, U8, ro_c, rw
 from traces.schema import RESULT_COLUMNS, TRACE_COLUMNS, Op
 
 SECOND_NS = 1_000_000_000
@@ -41,8 +41,8 @@ _LATENCY_FROM = {"issue": 0, "intended": 1, "lateness": 2}
 
 
 @numba.njit(
-    (ro(U8), ro(I64), ro(I64), ro(I64), ro(I64), ro(I64), ro(BOOL), I64, BOOL, I64, I64, ro(I64),
-    rw(I64), rw(I64, 2), rw(I64)),
+    (ro_c(U8), ro_c(I64), ro_c(I64), ro_c(I64), ro_c(I64), ro_c(I64), ro_c(BOOL), I64, BOOL, I64,
+    I64, ro_c(I64), rw(I64), rw(I64, 2), rw(I64)),
     nogil=True, cache=True,
 )
 def _bin_rows(op, length, intended, issue, complete, result, op_mask, max_length,

@@ -9,7 +9,7 @@ import numba
 import numpy as np
 
 from analysis.histogram import FIO_PERCENTILES, LatencyHistogram
-from traces.kernel_types import BOOL, I64, U8, ro, rw
+from traces.kernel_types import BOOL, I64, U8, ro_c, rw
 from traces.schema import RESULT_COLUMNS, TRACE_COLUMNS, Op
 
 # The columns a result chunk must have. Spelled here only as lookups into the schema, checked
@@ -30,7 +30,7 @@ def errno_name(code):
     return errno.errorcode.get(code, str(code))
 
 
-@numba.njit((ro(U8), ro(I64), ro(I64), ro(I64), ro(I64), rw(I64, 2)), nogil=True, cache=True)
+@numba.njit((ro_c(U8), ro_c(I64), ro_c(I64), ro_c(I64), ro_c(I64), rw(I64, 2)), nogil=True, cache=True)
 def _scan(op, intended, issue, complete, result, counts):
     """One pass of run-level facts; fills counts[0, op] (issued) and counts[1, op] (not issued).
 
@@ -65,7 +65,7 @@ def _scan(op, intended, issue, complete, result, counts):
 
 
 @numba.njit(
-    (ro(U8), ro(I64), ro(I64), ro(I64), ro(I64), ro(I64), rw(I64), rw(I64), rw(I64), rw(I64),
+    (ro_c(U8), ro_c(I64), ro_c(I64), ro_c(I64), ro_c(I64), ro_c(I64), rw(I64), rw(I64), rw(I64), rw(I64),
     rw(I64), rw(I64), rw(BOOL)),
     nogil=True, cache=True,
 )

@@ -8,7 +8,7 @@ import numba
 import numpy as np
 
 from analysis.histogram import log_linear_bins, log_linear_index, log_linear_mid
-from traces.kernel_types import F64, I32, I64, U8, ro, rw
+from traces.kernel_types import F64, I32, I64, U8, ro_c, rw
 from traces.schema import RESULT_COLUMNS, TRACE_COLUMNS, Op
 
 SECOND_NS = 1_000_000_000
@@ -43,7 +43,7 @@ def bin_mid(i):
 
 
 @numba.njit(
-    (ro(U8), ro(I64), ro(I64), ro(I64), ro(I64), ro(I64), I64, rw(I64, 2), rw(I64, 2), rw(I64),
+    (ro_c(U8), ro_c(I64), ro_c(I64), ro_c(I64), ro_c(I64), ro_c(I64), I64, rw(I64, 2), rw(I64, 2), rw(I64),
     rw(I32, 2), rw(I32, 2), rw(I32, 2), rw(I64), rw(I64), rw(I64), rw(I64), rw(I64)),
     nogil=True, cache=True,
 )
@@ -93,7 +93,7 @@ def _accumulate(op, length, intended, issue, complete, result, bin_ns, counts, n
     return not_issued
 
 
-@numba.njit((ro(I32, 2), ro(I64), ro(F64), rw(F64, 2)), nogil=True, cache=True)
+@numba.njit((ro_c(I32, 2), ro_c(I64), ro_c(F64), rw(F64, 2)), nogil=True, cache=True)
 def _percentiles(hist, maxima, qs, out):
     """Nearest-rank percentiles (numpy's inverted_cdf) per window from its histogram row: the
     midpoint of the bin holding the ranked value, clamped to the window's max; NaN if empty."""

@@ -102,6 +102,20 @@ def test_a_flush_waits_for_every_earlier_io_or_the_last_write_before_it():
     assert list(a["parent"]) == [0, 0, 1, 2] and list(a["parent2"]) == [0, 0, 0, 3]
 
 
+def test_strided_columns_annotate_as_their_contiguous_copies():
+    # The kernel takes C-contiguous columns; a caller's strided views are copied at the edge.
+    cols, _, _ = closed_loop(3, 20, lambda rng: rng.integers(0, 50_000), lambda rng: rng.integers(1_000, 90_000))
+    strided = {}
+    for name, col in cols.items():
+        doubled = np.repeat(col, 2)
+        strided[name] = doubled[::2]
+        assert not strided[name].flags.c_contiguous
+    strided["flags"] = np.zeros(2 * len(cols["ts_ns"]), np.uint8)[::2]
+    want = causal.annotate({**cols, "flags": np.zeros(len(cols["ts_ns"]), np.uint8)}, "hybrid")
+    got = causal.annotate(strided, "hybrid")
+    assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}
+
+
 def test_writeback_workers_form_one_chain_apart_from_user_threads():
     comm = np.array(["kworker/u8:4", "postgres", "kworker/u8:17", "jbd2/loop1-8"], dtype=object)
     cols = {"ts_ns": np.array([0, 5, 20, 30], np.int64), "op": np.full(4, Op.WRITE, np.uint8),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from traces.kernel_types import BOOL, I64, ro
+from traces.kernel_types import BOOL, I64, ro_c
 from traces.schema import Flag, Op
 
 SECTOR = 512
@@ -50,7 +50,7 @@ def _per_unique(raw: np.ndarray, fn):
     return [fn(cstr(u)) for u in uniq], inverse.reshape(raw.shape)
 
 
-@numba.njit((ro(I64), ro(I64), ro(BOOL)), nogil=True, cache=True)
+@numba.njit((ro_c(I64), ro_c(I64), ro_c(BOOL)), nogil=True, cache=True)
 def match_fifo(key_a, key_b, is_complete):
     """Pair issues with completions: events sorted by (key_a, key_b, time); within each key
     the k-th completion closes the oldest open issue. Returns (completion index per event
@@ -75,7 +75,7 @@ def match_fifo(key_a, key_b, is_complete):
     return match, orphans
 
 
-@numba.njit((ro(I64), ro(BOOL)), nogil=True, cache=True)
+@numba.njit((ro_c(I64), ro_c(BOOL)), nogil=True, cache=True)
 def last_before(key, is_target):
     """Events sorted by (key, time, sources first): for each target, the index of the latest
     source event with the same key at or before it, or -1."""

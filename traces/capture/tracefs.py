@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from traces.errors import ReplayError, TraceFormatError
-from traces.kernel_types import I64, U8, ro
+from traces.kernel_types import I64, U8, ro_c
 
 EVENTS = ("block_rq_issue", "block_rq_complete", "block_bio_queue")
 # The sleep system calls, entry and exit, of every process: a process that sleeps between two
@@ -156,7 +156,7 @@ def _u64(buf, i):
     return np.uint64(_u32(buf, i)) | (np.uint64(_u32(buf, i + 4)) << np.uint64(32))
 
 
-@numba.njit((ro(U8), I64, I64, I64, I64, I64, I64, I64, I64, I64, I64), nogil=True, cache=True)
+@numba.njit((ro_c(U8), I64, I64, I64, I64, I64, I64, I64, I64, I64, I64), nogil=True, cache=True)
 def walk_pages(buf, page_size, ts_off, commit_off, commit_size, data_off,
                padding, time_extend, time_stamp, data_max, delta_bits):
     """Walk little-endian ring-buffer pages: every data event's payload offset, length and time.
