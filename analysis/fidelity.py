@@ -49,7 +49,7 @@ class SignedHistogram:
         neg, pos = _signed_add(values, self.neg.counts, self.pos.counts, self._bounds, above)
         for h, (n, mean, m2, lo, hi) in ((self.neg, neg), (self.pos, pos)):
             if n:
-                h._combine(int(n), float(mean), float(m2), int(lo), int(hi))
+                h.combine(int(n), float(mean), float(m2), int(lo), int(hi))
         within = np.cumsum(above)
         for j, b in enumerate(self.bounds):
             self.within[j] += int(within[np.searchsorted(self._bounds, b)])

@@ -152,8 +152,10 @@ class LatencyHistogram:
 
     __slots__ = ("counts", "_count", "_mean", "_m2", "_min", "_max")
 
-    def __init__(self):
-        self.counts = np.zeros(N_BINS, dtype=np.int64)
+    def __init__(self, counts=None):
+        """`counts`: an int64 array of N_BINS zeros to count in (a caller that bins values
+        itself, then calls `combine`); a new one when None."""
+        self.counts = np.zeros(N_BINS, dtype=np.int64) if counts is None else counts
         self._count = 0
         # The mean and M2 = sum of squared deviations from it, merged with Chan et al.'s
         # formula. Rejected: running float sums of values and squares; with values ~1e15 ns
@@ -182,15 +184,17 @@ class LatencyHistogram:
                 f"negative latency {int(values[bad])} ns at index {bad}: a latency is an end"
                 " time minus an earlier start time; check how the caller computed it"
             )
-        self._combine(len(values), float(mean), float(m2), int(lo), int(hi))
+        self.combine(len(values), float(mean), float(m2), int(lo), int(hi))
 
     def merge(self, other):
         """Add every value counted by `other` into this histogram."""
         self.counts += other.counts
         if other._count:
-            self._combine(other._count, other._mean, other._m2, other._min, other._max)
+            self.combine(other._count, other._mean, other._m2, other._min, other._max)
 
-    def _combine(self, n, mean, m2, lo, hi):
+    def combine(self, n, mean, m2, lo, hi):
+        """Account for `n` values with that mean, M2 (sum of squared deviations from the
+        mean), min and max, whose bins the caller has counted into `counts` already."""
         if self._count == 0:
             self._count, self._mean, self._m2, self._min, self._max = n, mean, m2, lo, hi
             return

@@ -35,7 +35,7 @@ KERNELS = {
     "analysis.causal_kernel": ("annotate_kernel",),
     "analysis.scoring": ("_bin_rows",),
     "analysis.fidelity": ("_signed_add", "inflight_at_starts", "count_reordered", "_scan", "_gaps"),
-    "analysis.summary": ("_scan", "_scatter_by_op"),
+    "analysis.summary": ("_scan", "_accumulate"),
     "analysis.histogram": ("_add_kernel",),
     "synth.generators": ("_continue_runs", "_stream_offsets"),
     "traces.capture.records": ("match_fifo", "last_before"),
