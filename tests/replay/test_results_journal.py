@@ -18,7 +18,7 @@ from tests.replay.test_durability import journal, make_trace
 from traces import schema
 from traces.errors import ReplayError
 from traces.schema import Op
-from traces.trace import TraceWriter, open_trace, read_journal, read_trace, write_trace
+from traces.trace import TraceWriter, convert_journal, open_trace, read_journal, read_trace, write_trace
 
 ROWS, CHUNK, KILLED_AFTER = 5000, 500, 3
 
@@ -166,3 +166,67 @@ def test_a_journal_cut_mid_batch_recovers_up_to_its_last_whole_batch(tmp_path):
     cols, meta = read_trace(path)
     assert rows == 2000 and meta["rows_done"] == 2000 and meta["interrupted"] is True
     np.testing.assert_array_equal(cols["ts_ns"], np.arange(2000))
+
+
+# ---- the Parquet file written beside the journal -------------------------------------------
+
+
+def _results_writer(path, group_rows=1000):
+    columns = [("ts_ns", schema.pa.int64()), ("op", schema.pa.uint8()), ("offset", schema.pa.int64()),
+               ("length", schema.pa.int64()), *schema.RESULT_ARROW_FIELDS]
+    return TraceWriter(path, columns, {"kind": "results", "name": "r"}, compression="lz4",
+                       group_rows=group_rows, journal_s=2.0)
+
+
+def _chunks(sizes):
+    start = 0
+    for n in sizes:
+        ts = np.arange(start, start + n, dtype=np.int64) * 1000
+        start += n
+        yield {"ts_ns": ts, "op": (ts // 1000 % 4).astype(np.uint8), "offset": ts * 4, "length": np.full(n, 4096),
+               "intended_ns": ts, "issue_ns": ts + 7, "complete_ns": ts + 7 + ts % 13, "result": np.full(n, 4096)}
+
+
+def test_the_results_file_written_beside_the_journal_is_the_journals_conversion(tmp_path):
+    import pyarrow.parquet as pq
+
+    sizes = [700, 1, 900, 0, 1500, 333]
+    direct = _results_writer(tmp_path / "direct.parquet")
+    kept = _results_writer(tmp_path / "kept.parquet")
+    for chunk in _chunks(sizes):
+        direct.write(chunk)
+        kept.write(chunk)
+        # Only the journal has a name while the rows come: a killed run leaves nothing else.
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("direct")) == \
+            [direct.tmp_path.name]
+    extra = {"interrupted": False, "rows_done": sum(sizes)}
+    direct.close(extra)
+    journal = kept.keep()
+    # What closing did before: convert the journal into the results file.
+    recovered = convert_journal(journal, tmp_path / "converted.parquet", extra, "lz4", 1000)
+    journal.unlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["converted.parquet", "direct.parquet"]
+    a, b = pq.ParquetFile(tmp_path / "direct.parquet"), pq.ParquetFile(recovered)
+    assert a.read().equals(b.read()) and a.num_row_groups == b.num_row_groups
+    assert [a.metadata.row_group(i).num_rows for i in range(a.num_row_groups)] == \
+        [b.metadata.row_group(i).num_rows for i in range(b.num_row_groups)] == [1601, 1500, 333]
+    for i in range(a.num_row_groups):
+        for j in range(a.metadata.num_columns):
+            ca, cb = a.metadata.row_group(i).column(j), b.metadata.row_group(i).column(j)
+            assert (ca.encodings, ca.compression, ca.statistics) == (cb.encodings, cb.compression, cb.statistics)
+    meta = open_trace(tmp_path / "direct.parquet").metadata
+    assert meta == open_trace(recovered).metadata and meta["rows_done"] == sum(sizes)
+    # An existing file is replaced (the run's --force), by the finished file whole.
+    again = TraceWriter(tmp_path / "direct.parquet", [("ts_ns", schema.pa.int64())], {"kind": "results"},
+                        journal_s=2.0, force=True)
+    again.write({"ts_ns": np.arange(5)})
+    again.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["converted.parquet", "direct.parquet"]
+    assert read_trace_columns(tmp_path / "direct.parquet") == list(range(5))
+
+
+def read_trace_columns(path):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).column("ts_ns").to_pylist()
+
