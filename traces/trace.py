@@ -138,11 +138,13 @@ class TraceFile:
     def has(self, column) -> bool:
         return column in self.column_names
 
-    def chunks(self, columns=None, rows=None):
+    def chunks(self, columns=None, rows=None, threads=False):
         """Yield dicts of numpy arrays, in order, each validated before it is yielded.
 
         Only the rules whose columns are read are checked (asking for offset and length
-        alone does not check op codes). `length` always comes back as int64.
+        alone does not check op codes). `length` always comes back as int64. With
+        `threads`, the columns are decoded in parallel (the same CPU time in less wall
+        time, on CPUs that nothing else needs then).
         """
         names = list(self.column_names if columns is None else columns)
         for name in names:
@@ -165,7 +167,7 @@ class TraceFile:
                 batch
                 for group in range(parquet.num_row_groups)
                 for batch in parquet.iter_batches(
-                    batch_size=rows, row_groups=[group], columns=names, use_threads=False
+                    batch_size=rows, row_groups=[group], columns=names, use_threads=threads
                 )
             )
             while True:
