@@ -17,12 +17,13 @@ from traces.targets import Target
 from traces.trace import JournalKept, TraceWriter, convert_journal, journal_in_use, read_journal
 from traces.units import human_bytes
 
-# Results rows per row group: held in memory while the run goes, until the group is written
-# (57 bytes a row: 15 MB), and a results file's footer, which the writer keeps in memory,
-# grows by 6.95 KB per row group, 0.84 KB once written (bench/bench_suite.py). 1 << 19 held
-# 30 MB during the run (bench/memory.py: 286 MB at its peak against 272, the goal 300) for a
-# footer 2.7 MB smaller per 100M rows.
-RESULT_GROUP_ROWS = 1 << 18
+# Results rows per row group: held in memory while the run goes until the group is written,
+# and one more while the last is encoded (57 bytes a row: 7.5 MB each), and a results file's
+# footer, which the writer keeps in memory, grows by 6.95 KB per row group, 0.84 KB once
+# written (bench/bench_suite.py). bench/memory.py's peak (goal 300 MB): 276.5 MB; 296.5 MB at
+# 1 << 18 with the encoding on its thread, 286.4 MB at 1 << 19 without; for footers 2.6 and 4
+# MB smaller per 100M rows.
+RESULT_GROUP_ROWS = 1 << 17
 # Results stream into a journal (TraceWriter's journal_s) that is fsynced this often, and
 # each piece pushed to the engine is cut to complete within about this long, so a SIGKILL
 # or a power cut loses seconds of rows, not the run (see pieces).
