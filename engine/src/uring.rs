@@ -96,7 +96,6 @@ impl UringEngine {
     /// EINTR (a signal), EBUSY (completions to reap first) and ETIME leave them for the next
     /// enter.
     ///
-    ///
     /// The first enter also reaps what has completed (GETEVENTS with no minimum: with
     /// DEFER_TASKRUN only such an enter runs completions); the wait is a second enter, made
     /// only when that found none: fio's commit then getevents. Against one enter that submits
