@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.cli_process import replay_cli
+from tests.replay.test_bench_charts import spy
 from tests.replay.test_run_end_to_end import marks, on_loop, uring
 
 # A small mix: two 0.3 s points at QD3 on the null engine, no fill.
@@ -152,21 +153,6 @@ def test_headline_power_scores_from_a_hand_made_log(tmp_path):
     assert power_scores("act", {"act_multiple": 2.0, "passed": False}, runs, "", log) == {}
 
 
-def spy_power(monkeypatch):
-    from analysis import plots
-
-    drawn = {"sweep_mb": [], "power_bars": []}
-    for name in drawn:
-        original = getattr(plots, name)
-
-        def call(data, *args, _name=name, _original=original, **kwargs):
-            drawn[_name].append(data)
-            return _original(data, *args, **kwargs)
-
-        monkeypatch.setattr(plots, name, call)
-    return drawn
-
-
 def metered_bench(tmp_path, out, *args):
     log = tmp_path / f"{out.name}.csv"
     meter = Meter(log)
@@ -185,7 +171,7 @@ def check_power_charts(tmp_path, monkeypatch, mix, steady, label="t"):
     own power (7.25 W, the meter's constant) and their MB/s over it."""
     from analysis import report
 
-    drawn = spy_power(monkeypatch)
+    drawn = spy(monkeypatch, "sweep_mb", "power_bars")
     report.build_report([tmp_path / "mix", tmp_path / "steady"], tmp_path / "r.html",
                         labels=[label, label])
     power = {r["name"]: r["power"] for r in mix["runs"]}
@@ -231,7 +217,7 @@ def test_sets_without_power_draw_no_power_chart(tmp_path, monkeypatch):
     for name, args in (("mix", MIX), ("steady", STEADY)):
         r = replay_cli("bench", *args, "--engine", "null", "-o", tmp_path / name, timeout=300)
         assert r.returncode == 0, r.stderr
-    drawn = spy_power(monkeypatch)
+    drawn = spy(monkeypatch, "sweep_mb", "power_bars")
     page = report.build_report([tmp_path / "mix", tmp_path / "steady"], tmp_path / "r.html",
                                labels=["t", "t"]).read_text()
     assert [c.unit for c in drawn["sweep_mb"]] == ["MB/s"] and drawn["power_bars"] == []
@@ -265,7 +251,7 @@ def test_the_report_draws_acts_power_at_the_passing_multiple(tmp_path, monkeypat
     assert s["act_average_w"] == pytest.approx(7.25) == run["power"]["average_w"]
     assert s["act_mb_per_s_per_w"] == pytest.approx(run["summary"]["mb_per_s"] / 7.25)
     assert "ACT's average power at its passing multiple: 7.25 W" in r.stdout
-    drawn = spy_power(monkeypatch)
+    drawn = spy(monkeypatch, "sweep_mb", "power_bars")
     report.build_report([tmp_path / "act"], tmp_path / "r.html", labels=["t"])
     (bars,) = drawn["power_bars"]
     assert bars.bars == {f"t: act at {s['act_multiple']:g}x": (s["act_average_w"], s["act_mb_per_s_per_w"])}
