@@ -23,7 +23,7 @@ from replay.merger import Merger, pieces
 from replay.options import RunOptions, Timing, check_options
 from replay.output import check_room, close_results, default_output, open_results, recover
 from replay.progress import PROGRESS_S, Ticker
-from replay.signals import deferred_signals, signum_of, stop_signals
+from replay.signals import StopSignals, signum_of
 from replay.sources import GeneratorSource, TraceSource, check_causal, check_trace, open_source
 from replay.targets import scratch_target
 from replay.timelimit import Deadline, TimeUp
@@ -50,7 +50,7 @@ class RunOutcome:
     time_limited: bool = False  # stopped at options.time_limit_s
     engine_cpu_s: float = 0.0  # CPU of the engine threads (not the kernel's I/O workers)
     engine: str | None = None  # what ran it: not the one asked for after a fallback (notices say why)
-    signum: int | None = None  # the signal that interrupted it (SIGINT, SIGTERM, SIGHUP)
+    signum: int | None = None  # the stop signal that came during it (SIGINT, SIGTERM, SIGHUP)
 
 
 @dataclass
@@ -74,7 +74,6 @@ class _Plan:
         return self.options.timing == Timing.causal
 
 
-@stop_signals
 def replay(trace, target=None, options: RunOptions | None = None, output=None,
            progress=None, notices=None, consumers=(), metadata=None) -> RunOutcome:
     """Replay `trace` (a path, a name in the bundled library, a synth generator, or a
@@ -88,44 +87,52 @@ def replay(trace, target=None, options: RunOptions | None = None, output=None,
     chunk written (for example analysis.scoring.Bins). `metadata` is merged into the results
     file's metadata. Ctrl-C (KeyboardInterrupt) ends the run early: what was done is still
     written, marked interrupted; reaching `options.time_limit_s` ends it the same way but is
-    not an interruption. Returns the outcome; raises ReplayError subclasses for setup problems.
+    not an interruption. A stop signal that comes after the last I/O keeps every row (not
+    interrupted) and is still in the outcome's `signum`, so that a caller stops too. Returns the outcome; raises ReplayError subclasses for setup problems.
     """
-    options = options or RunOptions()
-    # Every check that needs no target comes before anything is opened or written.
-    check_options(options)
-    notices = [] if notices is None else notices
-    source = open_source(trace)
-    inputs = [(source.path, "the trace being replayed")] if isinstance(source, TraceSource) else []
-    tgt = None if target is None else inspect_target(str(target))  # reads only
-    if output is not None:
-        check_output(output, inputs=inputs, target=tgt, force=options.force)
-    check_trace(source, options)
-    if options.timing == Timing.causal:
-        check_causal(source, options)
-    scan = source.scan
-    writes = scan.writes and not options.read_only
-    tgt, cleanup = (tgt, None) if tgt is not None else _scratch(options, scan.span, writes, notices)
-    try:
-        if writes and target is not None:
-            if inputs and tgt.kind == "file" and os.path.samefile(tgt.path, source.path):
-                raise TargetError(f"the target {target} is the trace being replayed: its writes would "
-                                  "overwrite it; give another TARGET, or --read-only")
-            check_safe_to_write(tgt, options.destroy_data)
-        mapping = remap.plan_mapping(scan.span, scan.max_length, tgt.size, tgt.logical_block_size,
-                                     options.remap, target_path=tgt.path)
-        if options.read_only and scan.writes and scan.rows is not None:
-            skipped = int(scan.rows - scan.counts[Op.READ])
-            notices.append(f"--read-only: skipping {skipped} writes, discards and flushes")
-        if options.dry_run:
-            return RunOutcome(None, RunSummary(), False, tgt, 0, notices)
-        plan = _Plan(source, tgt, mapping, options, Path(output) if output else default_output(source.stem, tgt),
-                     writes, notices, progress, consumers, metadata or {})
-        if plan.causal and options.calibrate:
-            plan.host_ns = calibrate.for_run(tgt, options.engine, writes, notices)
-        return _run(plan)
-    finally:
-        if cleanup:
-            cleanup()
+    with StopSignals() as stops:
+        options = options or RunOptions()
+        # Every check that needs no target comes before anything is opened or written.
+        check_options(options)
+        notices = [] if notices is None else notices
+        source = open_source(trace)
+        inputs = [(source.path, "the trace being replayed")] if isinstance(source, TraceSource) else []
+        tgt = None if target is None else inspect_target(str(target))  # reads only
+        if output is not None:
+            check_output(output, inputs=inputs, target=tgt, force=options.force)
+        check_trace(source, options)
+        if options.timing == Timing.causal:
+            check_causal(source, options)
+        scan = source.scan
+        writes = scan.writes and not options.read_only
+        tgt, cleanup = (tgt, None) if tgt is not None else _scratch(options, scan.span, writes, notices)
+        try:
+            if writes and target is not None:
+                if inputs and tgt.kind == "file" and os.path.samefile(tgt.path, source.path):
+                    raise TargetError(f"the target {target} is the trace being replayed: its writes would "
+                                      "overwrite it; give another TARGET, or --read-only")
+                check_safe_to_write(tgt, options.destroy_data)
+            mapping = remap.plan_mapping(scan.span, scan.max_length, tgt.size, tgt.logical_block_size,
+                                         options.remap, target_path=tgt.path)
+            if options.read_only and scan.writes and scan.rows is not None:
+                skipped = int(scan.rows - scan.counts[Op.READ])
+                notices.append(f"--read-only: skipping {skipped} writes, discards and flushes")
+            if options.dry_run:
+                return RunOutcome(None, RunSummary(), False, tgt, 0, notices)
+            plan = _Plan(source, tgt, mapping, options, Path(output) if output else default_output(source.stem, tgt),
+                         writes, notices, progress, consumers, metadata or {})
+            if plan.causal and options.calibrate:
+                plan.host_ns = calibrate.for_run(tgt, options.engine, writes, notices)
+            stops.defer = True  # from here a signal stops the engines, never a write or the clean-up
+            outcome = _run(plan, stops)
+        finally:
+            stops.defer = True
+            if cleanup:
+                cleanup()
+    if outcome.signum is None and stops.received is not None:
+        # It came after the last I/O: every row is kept, but the caller was asked to stop.
+        outcome.signum = stops.received
+    return outcome
 
 
 def _scratch(options: RunOptions, span: int, writes: bool, notices) -> tuple[Target, Callable | None]:
@@ -139,8 +146,7 @@ def _scratch(options: RunOptions, span: int, writes: bool, notices) -> tuple[Tar
     return tgt, cleanup
 
 
-@deferred_signals
-def _run(plan: _Plan, stops) -> RunOutcome:
+def _run(plan: _Plan, stops: StopSignals) -> RunOutcome:
     """Carry out the plan: start the engines, issue the chunks and write their results, to
     the end of the trace, the time limit or a stop signal."""
     options = plan.options

@@ -34,10 +34,11 @@ def name(signum: int) -> str:
 class StopSignals:
     """While entered (in the main thread), SIGINT, SIGTERM and SIGHUP raise `Interrupted`.
 
-    With `defer=True` they only raise inside `wait(...)` calls (the waits on the engine),
-    and elsewhere are remembered for `check()`: a signal then never lands half-way through
-    writing a chunk or closing the results. A second signal while `defer` is set also waits
-    for `wait` or `check`. A handler someone else installed (a signal that is ignored, as
+    While `defer` is set (it may be set once entered) they only raise inside `wait(...)`
+    calls (the waits on the engine), and elsewhere are remembered in `received` for
+    `check()` or the caller: a signal then never lands half-way through writing a chunk,
+    closing the results or removing a scratch file. A second signal while `defer` is set
+    also waits for `wait` or `check`. A handler someone else installed (a signal that is ignored, as
     under nohup, or a program's own handler) is left alone; ours are replaced and restored,
     so these nest.
     """
@@ -96,14 +97,4 @@ def stop_signals(fn):
     def wrapper(*args, **kwargs):
         with StopSignals():
             return fn(*args, **kwargs)
-    return wrapper
-
-
-def deferred_signals(fn):
-    """Passes `stops`: SIGINT, SIGTERM and SIGHUP raise only inside its waits on the engine,
-    never half-way through writing a chunk or closing the results."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with StopSignals(defer=True) as stops:
-            return fn(*args, stops=stops, **kwargs)
     return wrapper

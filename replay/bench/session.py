@@ -261,7 +261,7 @@ class Bench:
         self._save()
         if self.on_run:
             self.on_run(entry)
-        if outcome.interrupted:
+        if outcome.interrupted or outcome.signum:
             raise Stopped
         return outcome
 

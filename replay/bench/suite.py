@@ -140,7 +140,7 @@ class Suite:
                 label = f"{i + 1}/{len(self.paths)} {name}"
                 outcome = self._replay(name, "measure", path, self.run_options, done, total, label)
                 done += self.rows[name]
-                if outcome.interrupted:
+                if outcome.interrupted or outcome.signum:
                     interrupted = True
                     break
         except KeyboardInterrupt:  # before a run's first I/O: nothing of it to keep
@@ -158,7 +158,7 @@ class Suite:
                              force=True)
         outcome = self._replay("fill", "precondition", GeneratorSource(gen, "fill"), options, 0,
                                gen.count, "filling")
-        if outcome.interrupted:
+        if outcome.interrupted or outcome.signum:
             raise KeyboardInterrupt
 
     def _replay(self, name, role, source, options, before, total, label):

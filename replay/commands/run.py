@@ -180,6 +180,9 @@ def run(
         by = signals.name(outcome.signum or signal.SIGINT)
         typer.echo(f"interrupted by {by} after {time.monotonic() - started:.1f} s: {outcome.rows} I/Os done "
                    f"are saved in {outcome.output}, marked interrupted", err=True)
+    elif outcome.signum:
+        typer.echo(f"{signals.name(outcome.signum)} came as the run ended: all {outcome.rows} I/Os are "
+                   f"saved in {outcome.output}", err=True)
     total = outcome.summary.total()
     if total.errors:
         from analysis.summary import errno_name
@@ -188,7 +191,7 @@ def run(
         typer.echo(f"{total.errors} of {total.ios} I/Os failed ({by}); IOPS and MB/s count only those "
                    f"that succeeded, and each failure's -errno is in the result column of {outcome.output}",
                    err=True)
-    if outcome.interrupted:
+    if outcome.interrupted or outcome.signum:
         raise typer.Exit(signals.exit_status(outcome.signum or signal.SIGINT))
     if total.errors:
         raise typer.Exit(EXIT_IO_FAILED)

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -94,8 +95,10 @@ def test_sigterm_ends_a_library_replay_with_its_rows(tmp_path):
 
 
 def test_sigterm_before_the_first_io_exits_143_and_leaves_nothing(tmp_path):
-    # A large trace takes a while to scan; the signal comes while it is read. Its columns fit
-    # in the runner's cache (CACHE_BYTES), so the run itself never opens the file again.
+    # The signal comes while the trace is scanned, before any I/O: the process is stopped
+    # (SIGSTOP) with the trace open, and SIGTERM sent before it goes on. The trace's columns
+    # fit in the runner's cache (CACHE_BYTES), so the run itself never opens the file again:
+    # an open trace means the scan. A try whose stop missed the scan starts again.
     trace = make_trace(tmp_path / "big.parquet", 2_500_000, 1000)
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -106,14 +109,44 @@ def test_sigterm_before_the_first_io_exits_143_and_leaves_nothing(tmp_path):
             return any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(trace)
                        for fd in os.listdir(f"/proc/{pid}/fd"))
 
-    with replay_process("run", trace, "-o", out, cwd=tmp_path,
-                        env={"TMPDIR": str(tmpdir)}) as proc:
-        wait_for(proc, lambda: reading(proc.pid), "the trace's scan")
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
+    def stopped(pid):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+    for _ in range(20):
+        with replay_process("run", trace, "-o", out, cwd=tmp_path,
+                            env={"TMPDIR": str(tmpdir)}) as proc:
+            wait_for(proc, lambda: reading(proc.pid), "the trace's scan")
+            proc.send_signal(signal.SIGSTOP)
+            wait_for(proc, lambda: stopped(proc.pid), "the stop")
+            if not reading(proc.pid):
+                continue  # the scan ended before the stop; the process is killed
+            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGCONT)
+            _, stderr = proc.communicate(timeout=60)
+            break
+    else:
+        pytest.fail("20 tries never stopped the process during the trace's scan")
     assert proc.returncode == 143, stderr
     assert "SIGTERM" in one_line(stderr, "interrupted")
     assert not out.exists() and not journal(out) and os.listdir(tmpdir) == []
+
+
+def test_a_signal_after_the_last_io_keeps_every_row_and_still_says_stop(tmp_path):
+    # The runner's last progress call comes in the main thread once every I/O is back: a
+    # Ctrl-C there cannot stop an I/O any more, but the caller (a bench between two runs)
+    # must still hear of it. (SIGINT: an in-process Ray, as test_cluster starts, owns SIGTERM.)
+    from replay.runner import RunOptions, replay
+
+    trace = make_trace(tmp_path / "t.parquet", 1000, 1000)
+    out = tmp_path / "out.parquet"
+
+    def progress(done, total, elapsed):
+        if threading.current_thread() is threading.main_thread():
+            os.kill(os.getpid(), signal.SIGINT)
+
+    outcome = replay(trace, None, RunOptions(engine="null"), output=out, progress=progress)
+    assert (outcome.signum, outcome.interrupted, outcome.rows) == (signal.SIGINT, False, 1000)
+    assert open_trace(out).metadata["interrupted"] is False and len(read_trace(out)[0]["op"]) == 1000
 
 
 def test_sigterm_ends_a_bench_as_ctrl_c_does(tmp_path):
