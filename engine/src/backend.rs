@@ -108,4 +108,12 @@ pub trait Engine: Send {
 
     /// Submit what was staged, wait as asked, and report every completion seen.
     fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(Completion)) -> io::Result<Entered>;
+
+    /// Whether an `enter` that submitted I/Os completes them all at the instant it reports as
+    /// `Entered::submitted_ns` and waits for nothing after (the null engine without a service
+    /// time): its slots are free from that instant, so a closed loop can take it as the time
+    /// its next rows are due instead of reading the clock again.
+    fn completes_at_submission(&self) -> bool {
+        false
+    }
 }

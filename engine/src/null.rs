@@ -78,4 +78,8 @@ impl Engine for NullEngine {
         }
         Ok(Entered { reaped, submitted_ns: Some(now) })
     }
+
+    fn completes_at_submission(&self) -> bool {
+        self.service_ns == 0
+    }
 }
