@@ -325,6 +325,15 @@ def _json_default(value):
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+# How a results journal stores the clock columns: each as its difference from the row before
+# (base None) or from another column of the row, as each batch's custom metadata says
+# ("diffs"); `read_journal` adds them back. Small numbers that repeat: lz4 packed a 20M-row
+# QD1 null run's journal into 6.3 instead of 21.5 bytes a row, in 17 instead of 39 ns a row
+# (plus 7 ns for the differences), on the thread that waits for the engine's results.
+_JOURNAL_DIFFS = (("ts_ns", None), ("intended_ns", None), ("issue_ns", "intended_ns"),
+                  ("complete_ns", "issue_ns"))
+
+
 class TraceWriter:
     """Streaming Parquet writer for traces and results: one row group per `write`, or per
     `group_rows` rows when given (the writes are held until that many have come).
@@ -500,7 +509,7 @@ class TraceWriter:
             return
         if self._journal is not None:
             batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
-            self._journal.write_batch(batch)
+            self._journal.write_batch(*_to_journal(batch))
             self.rows += len(arrays[0])
             self._dirty = True
             if self._direct_fd is not None:
@@ -770,6 +779,47 @@ def journal_in_use(path) -> bool:
     return held(path)
 
 
+def _to_journal(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, dict]:
+    """The batch as the journal stores it (_JOURNAL_DIFFS: the int64 clock columns without
+    nulls as differences), and the custom metadata that says which are."""
+    names = batch.schema.names
+    arrays, values, diffs = list(batch.columns), {}, []
+    for name, base in _JOURNAL_DIFFS:
+        if name not in names or (base is not None and base not in values):
+            continue
+        i = names.index(name)
+        if arrays[i].type != pa.int64() or arrays[i].null_count:
+            continue
+        x = values[name] = arrays[i].to_numpy()
+        d = np.empty_like(x)
+        if base is None:
+            d[:1] = x[:1]
+            np.subtract(x[1:], x[:-1], out=d[1:])
+        else:
+            np.subtract(x, values[base], out=d)  # wraps on overflow, as the sum back does
+        arrays[i] = pa.array(d)
+        diffs.append([name, base])
+    if not diffs:
+        return batch, {}
+    return (pa.RecordBatch.from_arrays(arrays, schema=batch.schema),
+            {"diffs": json.dumps(diffs)})
+
+
+def _from_journal(batch: pa.RecordBatch, metadata) -> pa.RecordBatch:
+    """A journal's batch as it was written (the differences `_to_journal` took added back)."""
+    raw = (metadata or {}).get(b"diffs")
+    if raw is None:
+        return batch  # a journal of a version that stored the values themselves
+    names = batch.schema.names
+    arrays, values = list(batch.columns), {}
+    for name, base in json.loads(raw):
+        i = names.index(name)
+        d = arrays[i].to_numpy()
+        x = values[name] = np.cumsum(d) if base is None else d + values[base]
+        arrays[i] = pa.array(x)
+    return pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
+
+
 def read_journal(path) -> tuple[pa.Schema, dict, Iterator[pa.RecordBatch]]:
     """A results journal (`TraceWriter(journal_s=...)`'s `.partial`): its schema, the metadata
     known when it was opened, and its batches up to the last complete one (a killed run's
@@ -787,7 +837,7 @@ def read_journal(path) -> tuple[pa.Schema, dict, Iterator[pa.RecordBatch]]:
     def batches():
         while True:
             try:
-                yield reader.read_next_batch()
+                yield _from_journal(*reader.read_next_batch_with_custom_metadata())
             except StopIteration:
                 return
             except (pa.ArrowException, OSError):  # the batch a kill cut short
