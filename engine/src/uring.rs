@@ -3,7 +3,7 @@
 //! I/O carries only an index.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 use io_uring::{opcode, squeue, types, IoUring};
 
@@ -17,6 +17,22 @@ const BLOCK_URING_CMD_DISCARD: u32 = 0x12 << 8;
 
 /// `IORING_ENTER_GETEVENTS` (linux/io_uring.h): the enter reaps (and with a minimum, waits).
 const IORING_ENTER_GETEVENTS: u32 = 1;
+/// `IORING_ENTER_EXT_ARG`: the argument is an `io_uring_getevents_arg` (here, a timeout).
+const IORING_ENTER_EXT_ARG: u32 = 8;
+/// `IORING_ENTER_REGISTERED_RING`: the fd passed is the ring's index among the calling
+/// thread's registered rings (IORING_REGISTER_RING_FDS, Linux 5.18+), not a file descriptor.
+const IORING_ENTER_REGISTERED_RING: u32 = 16;
+/// `IORING_REGISTER_RING_FDS` and `IORING_UNREGISTER_RING_FDS` (io_uring_register opcodes).
+const IORING_REGISTER_RING_FDS: libc::c_uint = 20;
+const IORING_UNREGISTER_RING_FDS: libc::c_uint = 21;
+
+/// `struct io_uring_rsrc_update` (linux/io_uring.h): one registered ring's slot.
+#[repr(C)]
+struct RsrcUpdate {
+    offset: u32,
+    resv: u32,
+    data: u64,
+}
 
 pub struct UringEngine {
     ring: IoUring,
@@ -25,6 +41,10 @@ pub struct UringEngine {
     staged: usize,
     /// Created disabled: `start` enables it on the thread that will submit.
     disabled: bool,
+    /// The ring's index among the engine thread's registered rings (`start` registers it),
+    /// which every enter passes instead of the ring's fd: the kernel then skips looking the
+    /// fd up and counting a reference to it, twice per enter in a process of many threads.
+    registered: Option<u32>,
 }
 
 impl UringEngine {
@@ -57,7 +77,47 @@ impl UringEngine {
         // SAFETY: both buffers live in `Buffers`, which the run keeps alive (and unmoved: they
         // are heap allocations) until after this ring is dropped.
         let fixed_buffers = unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
-        Ok(Self { ring, fixed_buffers, is_block, staged: 0, disabled })
+        Ok(Self { ring, fixed_buffers, is_block, staged: 0, disabled, registered: None })
+    }
+
+    /// Registers the ring's fd with the calling thread (a registration is the thread's own,
+    /// so this runs on the engine thread); None where the kernel has no IORING_REGISTER_RING_FDS.
+    fn register_ring_fd(&self) -> Option<u32> {
+        let mut up = RsrcUpdate { offset: u32::MAX, resv: 0, data: self.ring.as_raw_fd() as u64 };
+        // SAFETY: `up` is one valid io_uring_rsrc_update the kernel reads and writes back (the
+        // index it chose, in `offset`), for our own ring's fd.
+        let r = unsafe {
+            libc::syscall(libc::SYS_io_uring_register, self.ring.as_raw_fd(), IORING_REGISTER_RING_FDS, &mut up as *mut RsrcUpdate, 1)
+        };
+        (r == 1).then_some(up.offset)
+    }
+
+    /// io_uring_enter on our ring, by its registered index when it has one; `timeout` makes
+    /// it an EXT_ARG enter that waits at most that long. Returns the entries submitted.
+    fn enter_ring(&self, to_submit: u32, min_complete: u32, mut flags: u32, timeout: Option<&types::SubmitArgs>) -> io::Result<usize> {
+        let fd = match self.registered {
+            Some(index) => {
+                flags |= IORING_ENTER_REGISTERED_RING;
+                index as libc::c_int
+            }
+            None => self.ring.as_raw_fd(),
+        };
+        let (arg, size) = match timeout {
+            Some(args) => {
+                flags |= IORING_ENTER_EXT_ARG;
+                (args as *const types::SubmitArgs as *const libc::c_void, std::mem::size_of::<types::SubmitArgs>())
+            }
+            None => (std::ptr::null(), 0),
+        };
+        // SAFETY: an enter on our own ring: the entries it submits were pushed and synced by
+        // `queue`, and `arg`, when given, is a live io_uring_getevents_arg (SubmitArgs is
+        // its transparent wrapper) whose timespec outlives the call.
+        let r = unsafe { libc::syscall(libc::SYS_io_uring_enter, fd, to_submit, min_complete, flags, arg, size) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
     }
 
     fn entry(&self, io: &Io) -> squeue::Entry {
@@ -109,17 +169,22 @@ impl UringEngine {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::ETIME)) => Ok(()),
             Err(e) => Err(e),
         };
-        let staged = self.ring.submission().len() as u32;
-        // SAFETY: a plain enter on our own ring: `staged` entries are in the SQ (pushed and
-        // synced by `queue`), no wait, no argument.
-        ok(unsafe { self.ring.submitter().enter::<libc::sigset_t>(staged, 0, IORING_ENTER_GETEVENTS, None) })?;
+        ok(self.submit_and_wait(0, None))?;
         self.staged = self.ring.submission().len();
         let submitted = (self.staged == 0).then_some(at);
         if wait_one && self.ring.completion().is_empty() {
-            ok(self.ring.submitter().submit_and_wait(1))?;
+            ok(self.submit_and_wait(1, None))?;
             self.staged = self.ring.submission().len();
         }
         Ok(submitted)
+    }
+
+    /// One enter that submits whatever is in the SQ, runs and reaps the completions there
+    /// are (GETEVENTS: with DEFER_TASKRUN only such an enter runs them) and waits for `want`
+    /// of them, at most `timeout` long.
+    fn submit_and_wait(&mut self, want: u32, timeout: Option<&types::SubmitArgs>) -> io::Result<usize> {
+        let staged = self.ring.submission().len() as u32;
+        self.enter_ring(staged, want, IORING_ENTER_GETEVENTS, timeout)
     }
 }
 
@@ -128,6 +193,7 @@ impl Engine for UringEngine {
         if std::mem::take(&mut self.disabled) {
             self.ring.submitter().register_enable_rings()?;
         }
+        self.registered = self.register_ring_fd();
         Ok(())
     }
 
@@ -156,23 +222,22 @@ impl Engine for UringEngine {
         let folded = self.staged > 0 && wait == Wait::One;
         let submitted_ns = if self.staged > 0 { self.submit_staged(folded)? } else { None };
         let pending_work = self.ring.submission().taskrun();
-        let submitter = self.ring.submitter();
         let result = match wait {
             _ if folded => Ok(0),
             // A CQ peek needs no syscall, unless completions wait for us to run them (the
             // submission just made ran them).
             Wait::No if submitted_ns.is_some() || (self.staged == 0 && !pending_work) => Ok(0),
-            Wait::No => submitter.submit(),
-            Wait::One => submitter.submit_and_wait(1),
+            Wait::No => self.submit_and_wait(0, None),
+            Wait::One => self.submit_and_wait(1, None),
             Wait::Until(t) => {
                 let left = t - now_ns();
                 if left <= 0 {
-                    submitter.submit()
+                    self.submit_and_wait(0, None)
                 } else {
                     let ts = types::Timespec::new()
                         .sec((left / 1_000_000_000) as u64)
                         .nsec((left % 1_000_000_000) as u32);
-                    submitter.submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
+                    self.submit_and_wait(1, Some(&types::SubmitArgs::new().timespec(&ts)))
                 }
             }
         };
@@ -200,9 +265,71 @@ impl Drop for UringEngine {
         // Dropping a ring frees it in a kernel worker, which releases the registered file
         // 10-30 ms later; until then a block device stays claimed (O_EXCL), and the next run
         // on it would be refused as busy. Unregistering releases it now.
+        if let Some(index) = self.registered {
+            let up = RsrcUpdate { offset: index, resv: 0, data: 0 };
+            // SAFETY: `up` names the slot `register_ring_fd` filled; the kernel only reads it.
+            // Dropped on the engine thread (python.rs), whose registration it is; a thread's
+            // registrations also go when it exits.
+            unsafe { libc::syscall(libc::SYS_io_uring_register, self.ring.as_raw_fd(), IORING_UNREGISTER_RING_FDS, &up as *const RsrcUpdate, 1) };
+        }
         let _ = self.ring.submitter().unregister_files();
         if self.fixed_buffers {
             let _ = self.ring.submitter().unregister_buffers();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::IoKind;
+    use crate::data::DataPattern;
+    use std::io::Write;
+
+    /// Linux (major, minor), for the feature a test expects of the kernel.
+    fn kernel() -> (u32, u32) {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut parts = release.trim().split(|c: char| !c.is_ascii_digit()).map(|p| p.parse().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    }
+
+    #[test]
+    fn reads_through_the_registered_ring_with_every_kind_of_wait() {
+        const BLOCKS: usize = 64;
+        let path = std::env::temp_dir().join(format!("uring-test-{}", std::process::id()));
+        let mut file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let data: Vec<u8> = (0..BLOCKS * 4096).map(|i| (i / 4096 * 13 + i % 241) as u8).collect();
+        file.write_all(&data).unwrap();
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
+        let mut engine = match UringEngine::new(file.as_raw_fd(), 8, &bufs, false) {
+            Ok(e) => e,
+            Err(e) => return eprintln!("skipped: io_uring unavailable here ({e})"),
+        };
+        engine.start().unwrap();
+        // IORING_REGISTER_RING_FDS came in Linux 5.18.
+        assert_eq!(engine.registered.is_some(), kernel() >= (5, 18), "ring fd registration on Linux {:?}", kernel());
+        for (k, wait) in [Wait::One, Wait::No, Wait::Until(i64::MAX)].into_iter().cycle().take(BLOCKS).enumerate() {
+            let block = k * 29 % BLOCKS;
+            let buf = bufs.read_destination(0, 4096);
+            let io = Io { token: block as u64, offset: (block * 4096) as u64, kind: IoKind::Read { buf, len: 4096 } };
+            // SAFETY: `buf` is a slot of `bufs`, which outlives the engine; the test reads it
+            // only after the completion is reported.
+            unsafe { engine.queue(io) };
+            let wait = match wait {
+                Wait::Until(_) => Wait::Until(now_ns() + 1_000_000_000),
+                w => w,
+            };
+            let mut got = Vec::new();
+            let mut entered = engine.enter(wait, &mut |c| got.push(c)).unwrap();
+            while got.is_empty() {
+                entered = engine.enter(Wait::One, &mut |c| got.push(c)).unwrap();
+            }
+            assert!(entered.reaped == 1 && got.len() == 1);
+            assert_eq!((got[0].token, got[0].result), (block as u64, 4096));
+            // SAFETY: the read into `buf` has completed; nothing else touches it.
+            let read = unsafe { std::slice::from_raw_parts(buf, 4096) };
+            assert!(read == &data[block * 4096..(block + 1) * 4096], "block {block}: wrong bytes");
         }
     }
 }
