@@ -69,8 +69,10 @@ def _chunks(path, names, skipped, meter):
     kinds = ["str"] * len(names)
     for n, f in wanted.items():
         kinds[fields.index(f)] = "float" if n in DECIMAL else "int"
+    include = list(wanted.values())
     blocks = reading.read_blocks(path, fields, types, check_line=reading.field_checker(kinds),
-                                 skip_rows=1, include=list(wanted.values()), meter=meter)
+                                 skip_rows=1, include=include, meter=meter,
+                                 fast=reading.fast_lines(fields, types, include))
     for row0, batch in blocks:
         column = {n: reading.numpy_of(batch.column(f)) for n, f in wanted.items()}
         elapsed, code = column["elapsed_usecs"], column["op"]
