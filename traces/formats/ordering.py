@@ -99,7 +99,8 @@ class Ordered:
         # Disorder beyond the window is an error, within a chunk as across chunks.
         newest = max([self.last if self.last is not None else ts[0] if len(ts) else 0]
                      + ([int(self.held["ts_ns"].max())] if self.held is not None and len(self.held["ts_ns"]) else []))
-        if len(ts):
+        in_order = self._in_order(ts, newest)
+        if len(ts) and not in_order:
             lag = np.maximum.accumulate(np.maximum(ts, newest)) - ts
             if (late := lag > self.window).any():
                 i = int(late.argmax())
@@ -109,9 +110,11 @@ class Ordered:
                     f"{lag[i] / 1e9:.6f} s, more than the reorder window of {self.window / 1e9:g} s; "
                     "is the file sorted by time?")
         chunk = dict(chunk, _row=rows)
+        follows = in_order and (self.held is None or not len(self.held["ts_ns"])
+                                or ts[0] >= self.held["ts_ns"][-1])
         held = chunk if self.held is None else concat([self.held, chunk])
         # Sorting only when needed: the published traces are nearly always in order already.
-        if (held["ts_ns"][1:] < held["ts_ns"][:-1]).any():
+        if not follows and (held["ts_ns"][1:] < held["ts_ns"][:-1]).any():
             order = np.argsort(held["ts_ns"], kind="stable")
             held = {k: v[order] for k, v in held.items()}
         if not len(held["ts_ns"]):
@@ -121,6 +124,12 @@ class Ordered:
         out = {k: v[:cut] for k, v in held.items()}
         self.held = {k: v[cut:] for k, v in held.items()}
         return self._emit(out)
+
+    def _in_order(self, ts, newest) -> bool:
+        """Whether `ts` rises and starts within the window of the newest row (the usual
+        case): then no row is late, nor needs sorting after the held ones, and neither needs
+        a pass of its own (one pass instead of five)."""
+        return bool(len(ts)) and not (ts[1:] < ts[:-1]).any() and ts[0] >= newest - self.window
 
     def finish(self):
         if self.window == 0 or self.held is None:
@@ -215,8 +224,10 @@ class Outliers:
         that decided). A run that starts among the first `n` rows is decided whole."""
         if n == 0:
             return {k: v[:0] for k, v in chunk.items()}, 0
-        t = chunk["ts_ns"].astype(np.float64)
         limit = MAX_GAP_NS / self.scale
+        if (quiet := self._quiet(chunk, n, limit)) is not None:
+            return quiet, n
+        t = chunk["ts_ns"].astype(np.float64)
         gaps = np.abs(np.diff(t))
         left = np.r_[abs(t[0] - self.before) if self.before is not None else np.nan, gaps]
         right = np.r_[gaps, np.nan]
@@ -249,6 +260,21 @@ class Outliers:
             last = int(np.flatnonzero(keep)[-1])
             self.before, self.before_gap = float(t[last]), float(left[last])
         return {k: v[:n][keep] for k, v in chunk.items()}, n
+
+    def _quiet(self, chunk, n, limit):
+        """The first `n` rows of `chunk` whole (views) when no gap among them, to the rows
+        after them or to the last row kept is more than `limit` (the usual case), else None.
+        Two passes, the minimum and the maximum, where _judge takes about twenty: the span
+        of the chunk bounds every gap, in float64 as _judge computes them (rounding keeps
+        the order)."""
+        ts = chunk["ts_ns"]
+        lo, hi, first = float(ts.min()), float(ts.max()), float(ts[0])
+        if hi - lo > limit or (self.before is not None and abs(first - self.before) > limit):
+            return None
+        self.before_gap = (abs(float(ts[n - 1]) - float(ts[n - 2])) if n >= 2 else
+                           abs(first - self.before) if self.before is not None else np.nan)
+        self.before = float(ts[n - 1])
+        return {k: v[:n] for k, v in chunk.items()}
 
 
 def concat(chunks):
