@@ -185,8 +185,19 @@ impl Replayer {
             (_, None) => return Err(PyValueError::new_err(format!("the {engine} engine needs a target"))),
         };
         let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
-        // psync replays in open loop and AFAP on a pool whose threads issue their own I/Os.
-        let pool = (engine == "psync" && causal.is_none()).then(|| (Psync { fd, is_block }, pool_size(depth, sync_driver)));
+        // psync replays in open loop and AFAP on a pool whose threads issue their own I/Os,
+        // through descriptors of their own (see `Psync`): the first holds the O_EXCL claim,
+        // the others open the target without it. One that cannot be opened (too many open
+        // files) leaves its threads sharing the ones there are.
+        let mut thread_files = Vec::new();
+        let pool = (engine == "psync" && causal.is_none()).then(|| {
+            let size = pool_size(depth, sync_driver);
+            if let Some(path) = target {
+                thread_files.extend((1..size.files(depth)).map_while(|_| open_target(path, writable, direct, false).ok()));
+            }
+            let fds = std::iter::once(fd).chain(thread_files.iter().map(|f| f.as_raw_fd())).collect();
+            (Psync { fds, is_block }, size)
+        });
         let eng: Option<Box<dyn Engine>> = match engine {
             "null" => Some(Box::new(NullEngine::with_service(depth, service_ns))),
             "psync" if pool.is_some() => None,
@@ -219,6 +230,7 @@ impl Replayer {
                 // it points into and the file it uses.
                 drop(eng);
                 drop(bufs);
+                drop(thread_files);
                 drop(file);
                 summary
             })
