@@ -3,8 +3,9 @@ fast as possible, the same I/Os for every tool, alternating runs.
 
 - psync rows, a zram device (whose driver runs each I/O on the submitting CPU): `replay run
   --afap --qd 32` with the engine the runner picks there; the floor's minimal pread/pwrite
-  loops, one thread per CPU; fio in its best configuration of io_uring QD32, libaio QD32 and
-  psync with 1, 2 and 4 jobs (each tried once on a quarter of the I/Os first).
+  loops, one thread per CPU, each opening the device itself (as fio's jobs do); fio in its best
+  configuration of io_uring QD32, libaio QD32 and psync with 1, 2 and 4 jobs (each tried once
+  on a quarter of the I/Os first).
 - io_uring rows, a loop device over /dev/shm, QD 1, 4, 32 and 128: ours with --engine io_uring;
   the floor's minimal io_uring loop at the same depth (liburing, registered file and buffers,
   batch submission); fio io_uring at the same depth.
