@@ -22,6 +22,8 @@ DECIMAL = ("elapsed_usecs", "latency_usecs")
 # As for the other CSV traces: a record logged up to 1 s out of order is put back in place.
 WINDOW_NS = 1_000_000_000
 MAX_BLOCKS = 1 << 54  # blocks x 512 stays within int64 bytes
+_FLOAT_MAX = np.finfo(np.float64).max  # a decimal above it is infinite: refused
+assert (Op.READ, Op.WRITE) == (0, 1)  # the op column is `OP == 1` as uint8
 
 
 def _header(line: str):
@@ -77,27 +79,27 @@ def _chunks(path, names, skipped, meter):
         column = {n: reading.numpy_of(batch.column(f)) for n, f in wanted.items()}
         elapsed, code = column["elapsed_usecs"], column["op"]
         lba, nblks = column["lba"], column["nblks"]
-        _refuse(path, row0, ~np.isfinite(elapsed) | (elapsed < 0), "ELAPSED_USECS must be a number >= 0")
-        _refuse(path, row0, (lba < 0) | (lba >= MAX_BLOCKS), "LBA must be from 0 to 2^54")
-        _refuse(path, row0, (nblks <= 0) | (nblks >= MAX_BLOCKS), "NBLKS must be from 1 to 2^54")
+        _refuse(path, row0, elapsed, 0, _FLOAT_MAX, "ELAPSED_USECS must be a number >= 0")
+        _refuse(path, row0, lba, 0, MAX_BLOCKS - 1, "LBA must be from 0 to 2^54")
+        _refuse(path, row0, nblks, 1, MAX_BLOCKS - 1, "NBLKS must be from 1 to 2^54")
         chunk = {
             "ts_ns": np.rint(elapsed * 1000).astype(np.int64),
             # hfplayer: 1 is a write, 0 a read; other codes it skips, and so do we (counted).
-            "op": np.where(code == 1, Op.WRITE, Op.READ).astype(np.uint8),
+            "op": (code == 1).view(np.uint8),  # Op.WRITE where true, Op.READ elsewhere
             "offset": lba * BLOCK,
             "length": nblks * BLOCK,
             "_row": np.arange(row0, row0 + len(code), dtype=np.int64),
         }
         if "latency_usecs" in column:
             latency = column["latency_usecs"]
-            _refuse(path, row0, ~np.isfinite(latency) | (latency < 0), "LATENCY_USECS must be a number >= 0")
+            _refuse(path, row0, latency, 0, _FLOAT_MAX, "LATENCY_USECS must be a number >= 0")
             chunk["latency_ns"] = np.rint(latency * 1000).astype(np.int64)
         if "lun_ssid" in column:
             lun = column["lun_ssid"]
-            _refuse(path, row0, (lun < 0) | (lun > np.iinfo(np.uint32).max), "LUN_SSID must be from 0 to 2^32-1")
+            _refuse(path, row0, lun, 0, np.iinfo(np.uint32).max, "LUN_SSID must be from 0 to 2^32-1")
             chunk["device"] = lun.astype(np.uint32)
-        keep = (code == 0) | (code == 1)
-        if not keep.all():
+        if len(code) and (code.min() < 0 or code.max() > 1):
+            keep = (code == 0) | (code == 1)
             values, counts = np.unique(code[~keep], return_counts=True)
             for value, count in zip(values.tolist(), counts.tolist()):
                 skipped[str(value)] = skipped.get(str(value), 0) + count
@@ -105,6 +107,10 @@ def _chunks(path, names, skipped, meter):
         yield row0, chunk
 
 
-def _refuse(path, row0, bad, problem):
-    if bad.any():
+def _refuse(path, row0, values, lo, hi, problem):
+    """The error naming the first row whose value is not from lo to hi (NaN is not). The
+    minimum and the maximum show the usual case, every value in range, in two passes."""
+    if len(values) and values.min() >= lo and values.max() <= hi:  # a NaN minimum fails
+        return
+    if (bad := ~((values >= lo) & (values <= hi))).any():
         raise reading.fail_at(path, row0 + int(bad.argmax()), problem, 1)
