@@ -8,7 +8,10 @@ How to read it: "eng rows/CPU-s" is rows per CPU second of our engine thread alo
 queueing, reaping, recording four timestamps per row): the ceiling one core gives the engine.
 "proc rows/CPU-s" counts every thread of the replay() call (Parquet read, results file,
 summary), and "wall rows/s" is what a user sees. fio's figures are per CPU second of its job
-thread and of its whole process tree; it writes no per-I/O results.
+thread and of its whole process tree; it writes no per-I/O results. The two ratios are ours
+over fio's: the engine thread's rows per CPU second over fio's job's, and our wall rows/s (the
+whole replay() call, the trace's scan and the results file's close included) over fio's IOPS
+(its job's runtime only).
 """
 import statistics
 import tempfile
@@ -71,10 +74,11 @@ def main():
             print(f"  {name}: engine {row['eng_rows_per_cpu_s']:,.0f} rows/CPU-s", flush=True)
 
     headers = ["mode", "rows", "eng rows/CPU-s", "proc rows/CPU-s", "wall rows/s", "engine window rows/s",
-               "fio job IO/CPU-s", "fio proc IO/CPU-s", "fio IOPS", "eng/fio job"]
+               "fio job IO/CPU-s", "fio proc IO/CPU-s", "fio IOPS", "eng/fio job", "wall/fio IOPS"]
     rows = [[r["mode"], r["rows"], r["eng_rows_per_cpu_s"], r["proc_rows_per_cpu_s"], r["wall_rows_per_s"],
              r["engine_rows_per_s"], r["fio_job_ios_per_cpu_s"], r["fio_proc_ios_per_cpu_s"], r["fio_iops"],
-             r["eng_rows_per_cpu_s"] / r["fio_job_ios_per_cpu_s"]] for r in results]
+             r["eng_rows_per_cpu_s"] / r["fio_job_ios_per_cpu_s"],
+             r["wall_rows_per_s"] / r["fio_iops"]] for r in results]
     print()
     print(f"null engine, {n:,} rows, medians of {reps} alternating repetitions")
     print(table(headers, rows))
