@@ -113,6 +113,12 @@ pub struct Buffers {
     pub read: AlignedBuf,
     pub pool: AlignedBuf,
     read_slot: usize,
+    /// How many slots the read area holds.
+    read_slots: usize,
+    /// `read_slots - 1` when that count is a power of two, as it mostly is (a depth of 1, 32,
+    /// 1024): a mask then picks a read's slot instead of a 64-bit division, which cost the
+    /// null engine's thread 1.5-2.5 of its 40 ns a row at QD1.
+    read_mask: Option<usize>,
 }
 
 impl Buffers {
@@ -125,7 +131,9 @@ impl Buffers {
         let read = AlignedBuf::zeroed(slot * depth.clamp(1, pool_size / slot));
         let mut pool = AlignedBuf::zeroed(pool_size);
         pool.fill(pattern, 0x7472_6163_6572_6570);
-        Self { read, pool, read_slot: slot }
+        let read_slots = read.len() / slot;
+        let read_mask = read_slots.is_power_of_two().then(|| read_slots - 1);
+        Self { read, pool, read_slot: slot, read_slots, read_mask }
     }
 
     /// The longest read or write these buffers hold.
@@ -151,7 +159,10 @@ impl Buffers {
     #[inline]
     pub fn read_destination(&self, row: u64, len: usize) -> *mut u8 {
         assert!(len <= self.read_slot, "a {len}-byte read is longer than the {}-byte buffers", self.read_slot);
-        let slot = row as usize % (self.read.len() / self.read_slot);
+        let slot = match self.read_mask {
+            Some(mask) => row as usize & mask,
+            None => row as usize % self.read_slots,
+        };
         // SAFETY: slot < number of slots, so the slot (read_slot >= len bytes) lies inside
         // the read area.
         unsafe { self.read.ptr().add(slot * self.read_slot) }
@@ -183,6 +194,17 @@ mod tests {
                 assert_eq!(p % ALIGN, 0);
                 assert!(p >= start && p + len <= start + buf.len());
             }
+        }
+    }
+
+    #[test]
+    fn reads_take_the_slots_in_turn_whatever_their_count() {
+        // 1, 3 and 4 slots (a mask picks among a power of two of them, a division among 3).
+        for depth in [1usize, 3, 4] {
+            let b = Buffers::new(4096, depth, DataPattern::Zeros);
+            let start = b.read.ptr() as usize;
+            let slots: Vec<usize> = (0..9u64).map(|row| (b.read_destination(row, 4096) as usize - start) / 4096).collect();
+            assert_eq!(slots, (0..9).map(|row| row % depth).collect::<Vec<_>>(), "{depth} slots");
         }
     }
 
