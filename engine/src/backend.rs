@@ -86,6 +86,11 @@ pub struct Entered {
     /// (as psync times each I/O's own call);
     /// None when nothing was submitted here (or the engine times each I/O in its completion).
     pub submitted_ns: Option<i64>,
+    /// When the completions reported were seen, if any were: the enter's last clock read,
+    /// after which it only reported them. The slots they held are free from then, so a closed
+    /// loop takes it as the time its next rows became due instead of reading the clock again.
+    /// None for an engine whose completions are timed elsewhere (psync's threads).
+    pub seen_ns: Option<i64>,
 }
 
 pub trait Engine: Send {
@@ -108,12 +113,4 @@ pub trait Engine: Send {
 
     /// Submit what was staged, wait as asked, and report every completion seen.
     fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(Completion)) -> io::Result<Entered>;
-
-    /// Whether an `enter` that submitted I/Os completes them all at the instant it reports as
-    /// `Entered::submitted_ns` and waits for nothing after (the null engine without a service
-    /// time): its slots are free from that instant, so a closed loop can take it as the time
-    /// its next rows are due instead of reading the clock again.
-    fn completes_at_submission(&self) -> bool {
-        false
-    }
 }

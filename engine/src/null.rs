@@ -61,7 +61,7 @@ impl Engine for NullEngine {
                 done(Completion { token, result, issue_ns: None, complete_ns: at });
                 reaped += 1;
             }
-            return Ok(Entered { reaped, submitted_ns: any.then_some(submitted) });
+            return Ok(Entered { reaped, submitted_ns: any.then_some(submitted), seen_ns: (reaped > 0).then_some(now) });
         }
         if self.staged.is_empty() {
             if let Wait::Until(t) = wait {
@@ -76,10 +76,6 @@ impl Engine for NullEngine {
         for (token, result) in self.staged.drain(..) {
             done(Completion { token, result, issue_ns: None, complete_ns: now });
         }
-        Ok(Entered { reaped, submitted_ns: Some(now) })
-    }
-
-    fn completes_at_submission(&self) -> bool {
-        self.service_ns == 0
+        Ok(Entered { reaped, submitted_ns: Some(now), seen_ns: Some(now) })
     }
 }

@@ -224,7 +224,7 @@ impl Engine for PsyncEngine {
         reaped += self.reaped.len();
         self.reaped.drain(..).for_each(&mut *done);
         // Each completion carries its own issue time: nothing is submitted here.
-        Ok(Entered { reaped, submitted_ns: None })
+        Ok(Entered { reaped, submitted_ns: None, seen_ns: None })
     }
 }
 

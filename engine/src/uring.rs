@@ -256,7 +256,7 @@ impl Engine for UringEngine {
             done(Completion { token: cqe.user_data(), result: cqe.result() as i64, issue_ns: None, complete_ns: now });
             reaped += 1;
         }
-        Ok(Entered { reaped, submitted_ns })
+        Ok(Entered { reaped, submitted_ns, seen_ns: (reaped > 0).then_some(now) })
     }
 }
 
