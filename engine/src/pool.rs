@@ -1,8 +1,10 @@
-//! The psync pool: open-loop and AFAP replay with no hand-off between threads. Each idle thread
-//! claims the next row, waits for its deadline itself (sleeping, then spinning the last
-//! SPIN_NS; AFAP: not at all), makes the system call and writes the row's results in place.
-//! No I/O crosses a thread, no lock is taken per I/O, and a thread held up in one I/O (or off
-//! its CPU) delays no other row: the next idle thread takes it.
+//! The psync pool: open-loop and AFAP replay with no hand-off between threads. A thread claims
+//! the next row, waits for its deadline itself (sleeping, then spinning the last SPIN_NS;
+//! AFAP: not at all), makes the system call and writes the row's results in place. No I/O
+//! crosses a thread, no lock is taken per I/O, and a thread held up in one I/O (or off its
+//! CPU) delays no other row: another thread takes the next. With a thread per CPU, open loop
+//! runs as leaders and a follower: only a leader claims rows, so the rows go to the threads
+//! that spin, and the follower leads only while a leader is in its I/O (see `follow`).
 
 use std::collections::VecDeque;
 use std::io;
@@ -78,8 +80,12 @@ const AFAP_BATCH: usize = 32;
 /// Completions a thread counts before adding them to the shared progress counter.
 const PROGRESS_EVERY: u64 = 1024;
 /// A thread within SPIN_NS of its deadline while the spinners allowed are all spinning sleeps
-/// this long at a time (never past its deadline), then tries again to take a spinner's place.
+/// this long at a time (never past its deadline), then tries again to take a spinner's place;
+/// a follower looks this often for a leader held in its I/O while the next row is near.
 const FOLLOW_NS: i64 = 20_000;
+/// A follower that does not know the next row's deadline (the engine's queue is empty) looks
+/// for a free leader's place this often.
+const IDLE_FOLLOW_NS: i64 = 1_000_000;
 
 /// A chunk being replayed: rows are claimed by bumping `claimed`; each row's results are
 /// written by the one thread that claimed it, then counted in `finished` (Release, once per
@@ -127,6 +133,11 @@ impl Slot {
     }
 }
 
+/// A leader's deadline (i64::MAX while it leads no row), on a cache line of its own: written
+/// by its thread per row, read by the follower when it looks.
+#[repr(align(64))]
+struct Leading(AtomicI64);
+
 /// The chunks in play, oldest first (only the newest can have rows left to claim), and the
 /// channels: touched when a thread needs a new chunk or retires one, not per I/O.
 struct Feed {
@@ -148,9 +159,13 @@ struct Pool<'a, C: Clock, I: Issuer> {
     deaf: AtomicBool,
     completed: &'a AtomicU64,
     rows_issued: AtomicU64,
-    /// Threads spinning now, and how many may (PoolSize::spinners).
+    /// Threads spinning now (leaders, with `leads`), and how many may (PoolSize::spinners).
     spinning: AtomicUsize,
     spinners: usize,
+    /// Open loop with at most one thread more than `spinners`: leaders and a follower.
+    leads: bool,
+    /// Each thread's row while it leads.
+    leading: Vec<Leading>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -245,6 +260,9 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
     /// Returns the thread's CPU time.
     fn worker(&self, thread: usize) -> i64 {
         set_precise_timer_slack();
+        if self.leads {
+            return self.leader_or_follower(thread);
+        }
         let batch = if self.mode == Mode::Afap { AFAP_BATCH } else { 1 };
         let (mut cur, mut count, mut reported) = (None, 0u64, 0u64);
         while let Some((slot, first, end)) = self.claim(&mut cur, batch) {
@@ -267,6 +285,135 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
         self.rows_issued.fetch_add(count, Ordering::Relaxed);
         self.clock.thread_done();
         thread_cpu_ns()
+    }
+
+    /// Open loop on a thread per CPU. A thread leads (one of at most `spinners`) or follows.
+    /// A leader claims the next row, sleeps towards its deadline and spins the last SPIN_NS,
+    /// steps down just before the system call and, its I/O done, leads again if it can. The
+    /// rows thus go to threads that spin, on a CPU they hold, as the floor's one thread does.
+    /// When every idle thread claimed the next row, the one that could not spin slept to its
+    /// deadline and needed the other CPU just then, which everything else runs on: of the
+    /// 188 I/Os over 100 us late in 3 s at 100k IOPS on zram (sched_switch traced, a quiet
+    /// minute; the floor had none), 79 went to a thread off its CPU at the deadline: 49 woken
+    /// but waiting for a CPU (the results' Parquet encoder, the Python thread, other
+    /// processes), 26 woken late from the sleep itself (up to 1.4 ms, both CPUs idle), 4
+    /// preempted. Returns the thread's CPU time.
+    fn leader_or_follower(&self, thread: usize) -> i64 {
+        let (mut cur, mut count, mut reported) = (None, 0u64, 0u64);
+        while self.follow(&mut cur) {
+            let step_down = || {
+                self.leading[thread].0.store(i64::MAX, Ordering::Relaxed);
+                self.spinning.fetch_sub(1, Ordering::Release);
+            };
+            let Some((slot, i, _)) = self.claim(&mut cur, 1) else {
+                step_down();
+                break;
+            };
+            let io = slot.chunk.io_reading_into(i, self.bufs, thread as u64);
+            let due = self.due(&slot, i);
+            self.leading[thread].0.store(self.t0 + due, Ordering::Relaxed);
+            let Some(at) = self.lead_until(self.t0 + due) else {
+                step_down();
+                break; // stopped: the row stays unissued (-1), and the run returns it so
+            };
+            step_down(); // another thread may lead while this one is in its I/O
+            self.record(&slot, i, due, at, self.issuer.issue(&io, at, thread));
+            count += 1;
+            if slot.finished.fetch_add(1, Ordering::Release) + 1 == slot.chunk.len() {
+                self.retire();
+            }
+            if count - reported >= PROGRESS_EVERY {
+                self.completed.fetch_add(count - reported, Ordering::Relaxed);
+                reported = count;
+            }
+        }
+        self.completed.fetch_add(count - reported, Ordering::Relaxed);
+        self.rows_issued.fetch_add(count, Ordering::Relaxed);
+        self.clock.thread_done();
+        thread_cpu_ns()
+    }
+
+    /// Waits, off the CPU, until this thread can lead; false on a stop. A thread that has just
+    /// issued (or starts) leads if a place is free; else it follows: a place is free while a
+    /// leader is in its I/O, and the follower takes it only when the next row is due within
+    /// FOLLOW_NS (so a leader held in a long I/O hands on the next row, one that is soon done
+    /// claims it itself), looking again FOLLOW_NS later, or FOLLOW_NS before a later row's
+    /// deadline. With no row left to claim it takes a free place too: the claim then waits
+    /// for the next chunk, or ends the thread at the end of the input. When a leader's row is
+    /// over FOLLOW_NS late, that leader is held up off its CPU (preempted while it spins): the
+    /// follower leads as well, so the rows after it go on time.
+    fn follow(&self, cur: &mut Option<Arc<Slot>>) -> bool {
+        let lead = |n: usize| (n < self.spinners).then_some(n + 1);
+        if self.spinning.fetch_update(Ordering::Acquire, Ordering::Relaxed, lead).is_ok() {
+            return true; // a stop is seen by the claim or the wait
+        }
+        loop {
+            if self.stopping() {
+                return false;
+            }
+            let now = self.clock.now();
+            let next = self.next_due(cur);
+            if next.is_none_or(|t| t - now <= FOLLOW_NS) && self.spinning.fetch_update(Ordering::Acquire, Ordering::Relaxed, lead).is_ok() {
+                return true;
+            }
+            let held = || self.leading.iter().any(|l| now - l.0.load(Ordering::Relaxed) > FOLLOW_NS);
+            let until = match next {
+                Some(t) if t - now > FOLLOW_NS => (t - FOLLOW_NS).min(now + MAX_BLOCK_NS),
+                _ if held() => {
+                    self.spinning.fetch_add(1, Ordering::Acquire); // beyond `spinners`: one is held
+                    return true;
+                }
+                Some(_) => now + FOLLOW_NS,
+                None => now + IDLE_FOLLOW_NS,
+            };
+            self.clock.sleep_until(until);
+        }
+    }
+
+    /// The deadline of the next row to claim, from `cur` or the newest chunk; None when every
+    /// row pushed so far is claimed.
+    fn next_due(&self, cur: &mut Option<Arc<Slot>>) -> Option<i64> {
+        let unclaimed = |s: &Slot| {
+            let i = s.claimed.load(Ordering::Relaxed);
+            (i < s.chunk.len()).then(|| self.t0 + self.due(s, i))
+        };
+        if let Some(n) = cur.as_deref().and_then(unclaimed) {
+            return Some(n);
+        }
+        let back = Arc::clone(lock(&self.feed).active.back()?);
+        let n = unclaimed(&back);
+        *cur = Some(back);
+        n
+    }
+
+    /// Row `i`'s intended time (open loop: AFAP has no leaders).
+    fn due(&self, slot: &Slot, i: usize) -> i64 {
+        match self.mode {
+            Mode::Original { speed } | Mode::Causal { speed, .. } => intended_ns(slot.chunk.ts_ns[i], speed),
+            Mode::Afap => unreachable!("AFAP has no deadlines"),
+        }
+    }
+
+    /// A leader's wait for deadline `t`: sleep until SPIN_NS before it, spin the rest; the
+    /// time last read (>= t), or None on a stop.
+    fn lead_until(&self, t: i64) -> Option<i64> {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            let now = self.clock.now();
+            if t - now <= SPIN_NS {
+                return Some(self.clock.spin_until(t));
+            }
+            self.clock.sleep_until(now + (t - now - SPIN_NS).min(MAX_BLOCK_NS));
+        }
+    }
+
+    fn record(&self, slot: &Slot, i: usize, due: i64, at: i64, c: Completion) {
+        slot.intended_ns[i].store(due, Ordering::Relaxed);
+        slot.issue_ns[i].store(c.issue_ns.unwrap_or(at) - self.t0, Ordering::Relaxed);
+        slot.complete_ns[i].store(c.complete_ns - self.t0, Ordering::Relaxed);
+        slot.result[i].store(slot.chunk.result(i, c.result), Ordering::Relaxed);
     }
 
     /// Waits for, issues and records the claimed `rows` of `slot` in order; returns how many
@@ -300,10 +447,7 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
             };
             let c = self.issuer.issue(&io, at, thread);
             last = Some(c.complete_ns);
-            slot.intended_ns[i].store(due, Ordering::Relaxed);
-            slot.issue_ns[i].store(c.issue_ns.unwrap_or(at) - self.t0, Ordering::Relaxed);
-            slot.complete_ns[i].store(c.complete_ns - self.t0, Ordering::Relaxed);
-            slot.result[i].store(slot.chunk.result(i, c.result), Ordering::Relaxed);
+            self.record(slot, i, due, at, c);
         }
         rows_end - first
     }
@@ -332,6 +476,10 @@ pub fn run_pool<C: Clock, I: Issuer>(
         Ok(begun) => begun,
         Err(summary) => return Ok(summary),
     };
+    let (threads, spinners) = (size.threads.clamp(1, depth.max(1)), size.spinners.max(1));
+    // Leaders and one follower at most: with a thread per I/O in flight (a driver that queues
+    // I/Os), the many threads that cannot lead would all look for a free place.
+    let leads = mode != Mode::Afap && threads <= spinners + 1;
     let pool = Pool {
         feed: Mutex::new(Feed { input, input_open: true, active: VecDeque::from([Slot::new(first)]), output }),
         issuer,
@@ -344,9 +492,10 @@ pub fn run_pool<C: Clock, I: Issuer>(
         completed,
         rows_issued: AtomicU64::new(0),
         spinning: AtomicUsize::new(0),
-        spinners: size.spinners.max(1),
+        spinners,
+        leads,
+        leading: (0..if leads { threads } else { 0 }).map(|_| Leading(AtomicI64::new(i64::MAX))).collect(),
     };
-    let threads = size.threads.clamp(1, depth.max(1));
     for _ in 0..threads {
         clock.thread_started(); // each thread says `thread_done` as it ends
     }
@@ -397,6 +546,13 @@ mod tests {
         state: Mutex<VState>,
         moved: Condvar,
         waits: Mutex<Vec<(ThreadId, i64)>>,
+        /// The spins (with time left to spin), by thread and deadline.
+        spun: Mutex<Vec<(ThreadId, i64)>>,
+        /// A spin towards one of these deadlines ends this much later: its thread was off its
+        /// CPU meanwhile.
+        held: HashMap<i64, i64>,
+        /// No wait reaches past this (0: no end): a thread that would wait for ever fails.
+        end: i64,
     }
 
     #[derive(Default)]
@@ -435,6 +591,7 @@ mod tests {
     impl VirtualClock {
         /// Waits (in virtual time) until `t`, recording the wait.
         fn wait(&self, t: i64) -> i64 {
+            assert!(self.end == 0 || t <= self.end, "a thread waits past the run's end");
             self.waits.lock().unwrap().push((std::thread::current().id(), t));
             let mut st = self.state.lock().unwrap();
             if st.now >= t {
@@ -470,10 +627,11 @@ mod tests {
                     st.spinning += 1;
                     st.most_spinning = st.most_spinning.max(st.spinning);
                     st.spins += 1;
+                    self.spun.lock().unwrap().push((std::thread::current().id(), t));
                 }
                 spins
             };
-            let at = self.wait(t);
+            let at = self.wait(t + self.held.get(&t).copied().unwrap_or(0));
             if spins {
                 self.state.lock().unwrap().spinning -= 1;
             }
@@ -647,6 +805,42 @@ mod tests {
         assert!((0..n).all(|i| issue[i] >= 0 && complete[i] >= issue[i]));
         let follows = (1..n).filter(|&i| issue[i] == complete[i - 1]).count();
         assert!(follows > n / 4, "only {follows} I/Os went out at the previous one's completion");
+    }
+
+    #[test]
+    fn with_a_thread_per_cpu_each_row_goes_to_a_thread_that_spins_for_it() {
+        // A row every 15 us, I/Os done at once, two threads of which one may spin: the leader
+        // is free for every next row, so no row is left to a thread that sleeps to it.
+        let ts: Vec<i64> = (0..300).map(|i| i * 15_000).collect();
+        let clock = VirtualClock { end: 10_000_000, ..VirtualClock::default() };
+        let rec = Recorder { clock: &clock, stalls: HashMap::new(), issued: Mutex::default() };
+        let (out, summary) = replay_sized(&rec, &clock, PoolSize { threads: 2, spinners: 1 }, Mode::Original { speed: 1.0 }, &ts, 64, 0);
+        assert_eq!(summary.rows_issued, 300);
+        assert_eq!(column(&out, |r| &r.issue_ns), ts);
+        let (issued, spun) = (rec.issued.lock().unwrap(), clock.spun.lock().unwrap());
+        for (i, &t) in ts.iter().enumerate().skip(1) {
+            assert!(spun.contains(&(issued[&(i as u64)].0, t)), "row {i}: issued by a thread that did not spin for it");
+        }
+        assert_eq!(clock.state.lock().unwrap().most_spinning, 1);
+    }
+
+    #[test]
+    fn a_leader_held_off_its_cpu_does_not_delay_the_rows_after_it() {
+        // A row every 100 us; the thread spinning for row 10 is off its CPU for 5 ms.
+        let ts: Vec<i64> = (0..200).map(|i| i * 100_000).collect();
+        let run = |threads| {
+            let clock = VirtualClock { held: HashMap::from([(ts[10], 5_000_000)]), end: 100_000_000, ..VirtualClock::default() };
+            let rec = Recorder { clock: &clock, stalls: HashMap::new(), issued: Mutex::default() };
+            let (out, _) = replay_sized(&rec, &clock, PoolSize { threads, spinners: 1 }, Mode::Original { speed: 1.0 }, &ts, 50, 0);
+            column(&out, |r| &r.issue_ns)
+        };
+        // The follower leads as well while the leader is held.
+        let two = run(2);
+        assert_eq!(two[10], ts[10] + 5_000_000);
+        assert_eq!((two[..10].to_vec(), two[11..].to_vec()), (ts[..10].to_vec(), ts[11..].to_vec()));
+        // One thread (the test's premise): the rows due meanwhile go late.
+        let one = run(1);
+        assert!((11..60).all(|i| one[i] > ts[i]));
     }
 
     /// Completes every I/O at once, on the real clock.
