@@ -83,8 +83,8 @@ const PROGRESS_EVERY: u64 = 1024;
 /// this long at a time (never past its deadline), then tries again to take a spinner's place;
 /// a follower looks this often for a leader held in its I/O while the next row is near.
 const FOLLOW_NS: i64 = 20_000;
-/// A follower that does not know the next row's deadline (the engine's queue is empty) looks
-/// for a free leader's place this often.
+/// A follower that knows no deadline ahead (every row pushed is claimed, and no leader has
+/// one: its claim waits for the next chunk) looks for a free leader's place this often.
 const IDLE_FOLLOW_NS: i64 = 1_000_000;
 
 /// A chunk being replayed: rows are claimed by bumping `claimed`; each row's results are
@@ -338,7 +338,7 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
     /// leader is in its I/O, and the follower takes it only when the next row is due within
     /// FOLLOW_NS (so a leader held in a long I/O hands on the next row, one that is soon done
     /// claims it itself), looking again FOLLOW_NS later, or FOLLOW_NS before a later row's
-    /// deadline. With no row left to claim it takes a free place too: the claim then waits
+    /// deadline (with every row pushed claimed, at the leaders' first). With no row left to claim it takes a free place too: the claim then waits
     /// for the next chunk, or ends the thread at the end of the input. When a leader's row is
     /// over FOLLOW_NS late, that leader is held up off its CPU (preempted while it spins): the
     /// follower leads as well, so the rows after it go on time.
@@ -364,7 +364,11 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
                     return true;
                 }
                 Some(_) => now + FOLLOW_NS,
-                None => now + IDLE_FOLLOW_NS,
+                // Rows pushed later are due no earlier than the leaders' (trace order).
+                None => match self.leading.iter().map(|l| l.0.load(Ordering::Relaxed)).min() {
+                    Some(t) if t < i64::MAX => t.clamp(now + FOLLOW_NS, now + MAX_BLOCK_NS),
+                    _ => now + IDLE_FOLLOW_NS,
+                },
             };
             self.clock.sleep_until(until);
         }
@@ -854,11 +858,15 @@ mod tests {
 
     #[test]
     fn a_long_gap_is_slept_not_spun() {
-        // Two rows 2 s apart on two threads: waiting for the second costs almost no CPU.
-        let (out, summary) = replay(&Instant, &Monotonic, 2, Mode::Original { speed: 1.0 }, &[0, 2_000_000_000], 2, START_UNSET);
-        assert_eq!(out[0].issued, 2);
-        assert!(out[0].issue_ns[1] >= 2_000_000_000);
-        assert!(summary.cpu_ns < 200_000_000, "{} ms of CPU over a 2 s gap", summary.cpu_ns / 1_000_000);
+        // Two rows 2 s apart on two threads, both leading or a leader and a follower: waiting
+        // for the second costs almost no CPU.
+        for spinners in [2, 1] {
+            let size = PoolSize { threads: 2, spinners };
+            let (out, summary) = replay_sized(&Instant, &Monotonic, size, Mode::Original { speed: 1.0 }, &[0, 2_000_000_000], 2, START_UNSET);
+            assert_eq!(out[0].issued, 2);
+            assert!(out[0].issue_ns[1] >= 2_000_000_000);
+            assert!(summary.cpu_ns < 200_000_000, "{} ms of CPU over a 2 s gap", summary.cpu_ns / 1_000_000);
+        }
     }
 
     #[test]
