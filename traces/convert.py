@@ -17,7 +17,7 @@ from traces import formats, schema
 from traces.errors import ReplayError, TraceFormatError
 from traces.formats.ordering import MAX_GAP_NS, OutlierLog, span_text
 from traces.formats.reading import InputMeter, open_text, prefetch
-from traces.outputs import Claim, check_output
+from traces.outputs import Claim, check_output, no_room_is_refused
 from traces.trace import TraceWriter, _check_chunk, open_trace
 
 REQUIRED = tuple(schema.TRACE_COLUMNS)
@@ -107,7 +107,7 @@ def import_trace(paths, output, fmt=None, options=None, command=None, progress=N
     rows, last_ts = 0, None
     # Parsing (in a thread) overlaps compression and writing (here): both release the GIL.
     chunks = prefetch(chunks)
-    with without_gc(), TraceWriter(output, fields, metadata, force=force) as writer:
+    with no_room_is_refused(output), without_gc(), TraceWriter(output, fields, metadata, force=force) as writer:
         for part in itertools.chain([first] if first is not None else [], chunks):
             part = {n: _as_column(n, part[n]) for n in names}
             if shift:
@@ -203,7 +203,8 @@ def export_trace(trace, fmt, output, options=None, force=False) -> Path:
     output = check_output(output, inputs=[(source, "the trace being exported")], force=force)
     claim = Claim(output, force)
     try:
-        module.write(opened, claim.tmp, dict(options or {}))
+        with no_room_is_refused(output):
+            module.write(opened, claim.tmp, dict(options or {}))
         os.replace(claim.tmp, output)
     finally:
         claim.tmp.unlink(missing_ok=True)

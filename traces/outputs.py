@@ -2,6 +2,8 @@
 bench, capture, import, export, recover) makes before it writes a byte, and the claim that
 keeps two processes from writing the same file at once.
 """
+import contextlib
+import errno
 import fcntl
 import glob
 import os
@@ -9,7 +11,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from traces.errors import TargetError
+from traces.errors import ReplayError, TargetError
 from traces.targets import Target, loops_backed_by
 
 _NOT_A_FILE = ((stat.S_ISCHR, "a character device node"), (stat.S_ISBLK, "a block device node"),
@@ -18,6 +20,22 @@ _NOT_A_FILE = ((stat.S_ISCHR, "a character device node"), (stat.S_ISBLK, "a bloc
 
 class OutputError(TargetError):
     """A file cannot be written where asked: writing it would replace something."""
+
+
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full filesystem, a quota, the size limit
+
+
+@contextlib.contextmanager
+def no_room_is_refused(output):
+    """A write that finds no room ends as one ReplayError; by then the writer has removed what
+    it wrote, so nothing is left at `output`."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in NO_ROOM:
+            raise
+        raise ReplayError(f"cannot write {output}: {os.strerror(e.errno)}; nothing was written: "
+                          "free some space, or give -o on another filesystem") from None
 
 
 def _same(a, b) -> bool:

@@ -1,7 +1,8 @@
 """Every command that writes refuses, in one line with exit 2 and before writing a byte, a
 path whose writing would destroy something: a device node, the target, the trace or another
 input, an image behind a loop device, a block device behind a loop device in use, a file that
-exists (unless --force) or that another process is writing. Real loop devices, mounts, nodes."""
+exists (unless --force) or that another process is writing; and one that finds no room says so
+in one line, a capture keeping its trace elsewhere. Real loop devices, mounts, nodes."""
 import contextlib
 import hashlib
 import os
@@ -9,11 +10,14 @@ import shutil
 import stat
 import subprocess
 
+import numpy as np
 import pytest
 
 from tests.cli_process import refused, replay_cli, replay_process, wait_for
 from traces import library
 from traces.convert import export_trace
+from traces.schema import Op
+from traces.trace import read_trace
 
 MIB = 1 << 20
 needs_mkfs = pytest.mark.skipif(shutil.which("mkfs.ext4") is None, reason="needs mkfs.ext4")
@@ -238,3 +242,52 @@ def test_a_second_run_into_an_output_being_written_is_refused(tmp_path, demo, fo
     from traces.trace import open_trace
 
     assert open_trace(out).metadata["interrupted"] is True  # the first run's rows, not the second's
+
+
+# ---- a full filesystem under -o --------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def full_tmpfs(path):
+    """A real tmpfs of two pages at `path` (no trace fits), unmounted however the block ends."""
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tracereplay-full", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("command", ["import", "export"])
+def test_import_and_export_onto_a_full_filesystem_say_so_in_one_line(tmp_path, demo, command):
+    with full_tmpfs(tmp_path / "full") as full:
+        out = full / "out"
+        if command == "import":
+            export_trace(demo, "csv", tmp_path / "d.csv")
+            done = replay_cli("import", tmp_path / "d.csv", "-o", out)
+        else:
+            done = replay_cli("export", demo, "--format", "csv", "-o", out)
+        refused(done, f"cannot write {out}: No space left on device; nothing was written")
+        assert os.listdir(full) == []
+
+
+@pytest.mark.root
+@pytest.mark.loopdev
+def test_a_capture_that_finds_no_room_is_kept_in_the_temporary_directory(tmp_path, loop_device):
+    device = loop_device(16 * MIB)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    with full_tmpfs(tmp_path / "full") as full:
+        out = full / "c.parquet"
+        with replay_process("capture", device, "-o", out, "--", "dd", "if=/dev/urandom", f"of={device}",
+                            "bs=4k", "count=2000", "oflag=direct", env={"TMPDIR": str(tmpdir)}) as proc:
+            _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in stderr, stderr
+        [kept] = tmpdir.glob("tracereplay-capture-*-c.parquet")
+        assert stderr.splitlines()[-1] == (f"error: cannot write {out}: No space left on device; the "
+                                           f"capture is kept in {kept} instead: move it where it belongs")
+        assert os.listdir(full) == []
+    cols, _ = read_trace(kept)
+    writes = cols["op"] == Op.WRITE
+    assert np.count_nonzero(writes) >= 2000 and np.all(cols["length"][writes] == 4096)

@@ -13,6 +13,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from traces import schema
 from traces.capture import blktrace as blktrace_backend
 from traces.capture.records import build, sleeps
 from traces.capture.tracefs import CaptureError, TracefsSession
-from traces.outputs import check_output
+from traces.outputs import NO_ROOM, check_output
 from traces.trace import MAX_ROW_GROUP_ROWS, TraceWriter
 from traces.units import YEAR_S
 
@@ -316,6 +317,25 @@ def _metadata(info, output, name, command, wall, backend, duration, capture_meta
 
 
 def _write(output: Path, cols: dict, metadata: dict, force: bool) -> None:
+    """The trace at `output`; where it finds no room (a full filesystem), in the temporary
+    directory instead, as a capture cannot be taken again, and a CaptureError says where."""
+    try:
+        _write_trace(output, cols, metadata, force)
+    except OSError as e:
+        if e.errno not in NO_ROOM:
+            raise
+        problem = f"cannot write {output}: {os.strerror(e.errno)}"
+    else:
+        return
+    kept = Path(tempfile.gettempdir()) / f"tracereplay-capture-{os.getpid()}-{output.name}"
+    try:
+        _write_trace(kept, cols, metadata, False)
+    except OSError as e:
+        raise CaptureError(f"{problem}, nor {kept}: {e.strerror or e}; the capture is lost") from None
+    raise CaptureError(f"{problem}; the capture is kept in {kept} instead: move it where it belongs")
+
+
+def _write_trace(output: Path, cols: dict, metadata: dict, force: bool) -> None:
     names = list(schema.TRACE_ARROW_SCHEMA.names) + [n for n in schema.OPTIONAL_COLUMNS if n in cols]
     types = {f.name: f.type for f in schema.TRACE_ARROW_SCHEMA}
     types.update(schema.OPTIONAL_COLUMNS)
