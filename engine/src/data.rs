@@ -148,7 +148,9 @@ impl Buffers {
     pub fn write_source(&self, row: u64, len: usize) -> *const u8 {
         assert!(len <= self.read_slot, "a {len}-byte write is longer than the {}-byte buffers", self.read_slot);
         let slots = ((self.pool.len() - len.next_multiple_of(ALIGN)) / ALIGN + 1) as u64;
-        let slot = splitmix64(row) % slots;
+        // The hash's high bits scaled onto 0..slots (multiply-shift): a 64-bit division per
+        // write was 27 ns of the pool threads' time per write on zram (perf, 70/30).
+        let slot = ((splitmix64(row) as u128 * slots as u128) >> 64) as u64;
         // SAFETY: slot * ALIGN + len <= pool.len() by the choice of `slots`, and
         // len <= read_slot <= pool.len() / 2, so the subtraction above cannot wrap.
         unsafe { self.pool.ptr().add(slot as usize * ALIGN) }
