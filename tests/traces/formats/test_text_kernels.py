@@ -12,15 +12,19 @@ from traces.formats.reading import fast_lines
 NAMES = ["c0", "c1", "c2", "c3"]
 TYPES = {"c0": pa.float64(), "c1": pa.int64(), "c3": pa.float64()}  # c2 is not kept
 INCLUDE = ["c3", "c0", "c1"]
+# Skipped fields first, in a run of three (passed over by counting commas) and last.
+WIDE = ([f"c{i}" for i in range(8)], {"c1": pa.float64(), "c5": pa.int64()}, ["c5", "c1"])
+LAYOUTS = [(NAMES, TYPES, INCLUDE), WIDE]
 
 
-def pyarrow_batch(block: bytes):
+def pyarrow_batch(block: bytes, layout=(NAMES, TYPES, INCLUDE)):
     """read_blocks' own pyarrow read of `block`, or None where pyarrow refuses it."""
+    names, types, include = layout
     try:
         table = pacsv.read_csv(
-            pa.BufferReader(block), read_options=pacsv.ReadOptions(column_names=NAMES),
+            pa.BufferReader(block), read_options=pacsv.ReadOptions(column_names=names),
             parse_options=pacsv.ParseOptions(quote_char=False, double_quote=False),
-            convert_options=pacsv.ConvertOptions(column_types=TYPES, include_columns=INCLUDE,
+            convert_options=pacsv.ConvertOptions(column_types=types, include_columns=include,
                                                  strings_can_be_null=False, null_values=[]))
     except pa.ArrowInvalid:
         return None
@@ -51,18 +55,23 @@ FIELD = st.one_of(
     st.sampled_from(["RD", "WR", "", " 5", "5 ", "+5", "1e3", "nan", "-0.5", ".5", "5.", "0.1234",
                      "00012", "1234567890123456789", "9007199254740.993", "a\rb", "\"x\""]),
 )
-LINE = st.lists(FIELD, min_size=3, max_size=5).map(",".join)
-BLOCK = st.tuples(st.lists(LINE, min_size=1, max_size=8),
-                  st.sampled_from(["\n", "\r\n", "\n\n"]), st.booleans()).map(
-    lambda t: (t[1].join(t[0]) + (t[1] if t[2] else "")).encode())
 
 
-@settings(max_examples=400, deadline=None)
-@given(block=BLOCK)
-def test_a_block_read_fast_is_the_batch_pyarrow_reads(block):
-    got = fast_lines(NAMES, TYPES, INCLUDE)(block)
+def blocks(width):
+    """Blocks of lines of `width` fields, give or take one."""
+    line = st.lists(FIELD, min_size=width - 1, max_size=width + 1).map(",".join)
+    return st.tuples(st.lists(line, min_size=1, max_size=8),
+                     st.sampled_from(["\n", "\r\n", "\n\n"]), st.booleans()).map(
+        lambda t: (t[1].join(t[0]) + (t[1] if t[2] else "")).encode())
+
+
+@settings(max_examples=600, deadline=None)
+@given(case=st.sampled_from(LAYOUTS).flatmap(lambda layout: st.tuples(st.just(layout), blocks(len(layout[0])))))
+def test_a_block_read_fast_is_the_batch_pyarrow_reads(case):
+    layout, block = case
+    got = fast_lines(*layout)(block)
     if got is not None:
-        slow = pyarrow_batch(block)
+        slow = pyarrow_batch(block, layout)
         assert slow is not None and same(got[0], slow), block
         assert got[1] == block.count(b"\n")
 
@@ -78,6 +87,28 @@ def test_plain_lines_are_read_fast(rows):
     block = ("\n".join(lines) + "\n").encode()
     got = fast_lines(NAMES, TYPES, INCLUDE)(block)
     assert got is not None and same(got[0], pyarrow_batch(block)) and got[1] == block.count(b"\n")
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.lists(st.sampled_from(["RD", "x y", "", "-5", "\"q\"", "123456789012"]),
+                                        min_size=6, max_size=6),
+                               st.integers(0, 10**12), st.integers(-10**17, 10**17)), min_size=1, max_size=50))
+def test_runs_of_skipped_fields_are_passed_over(rows):
+    """Any text but a comma or a line's end in the skipped fields, short or longer than eight
+    bytes, the run of three included: the kept columns are read fast, as pyarrow reads them."""
+    lines = [",".join([s[0], decimal(t, 3), s[1], s[2], s[3], str(i), s[4], s[5]]) for s, t, i in rows]
+    block = ("\n".join(lines) + "\n").encode()
+    got = fast_lines(*WIDE)(block)
+    assert got is not None and same(got[0], pyarrow_batch(block, WIDE)) and got[1] == block.count(b"\n")
+
+
+def test_a_line_that_ends_inside_a_run_of_skipped_fields_falls_back():
+    read = fast_lines(*WIDE)
+    assert read(b"a,1.5,b,c,d,7,e,f\n") is not None
+    for block in (b"a,1.5,b,c\nd,7,e,f\n", b"a,1.5,b,c\r,d,7,e,f\n", b"a,1.5,bbbbbbbbbbbb\n",
+                  b"a,1.5,bbbb\nccc,ddd,eee,7,e,f\n", b"a,1.5,bbbb\rccc,ddd,eee,7,e,f\n",
+                  b"a,1.5,b,c,d", b"a,1.5,b,c,d,7,e\n", b"a,1.5,b,c,d,7,e,f,g\n"):
+        assert read(block) is None, block
 
 
 def test_what_the_kernel_does_not_read_falls_back():
