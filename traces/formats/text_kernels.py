@@ -194,14 +194,22 @@ def parse_lines(buf, kinds, slots, ints, floats):
                     if pos < n and buf[pos] == _DOT:
                         pos += 1
                         start = pos
-                        fraction = 0
-                        while pos < n and pos - start < 4 and np.uint64(buf[pos]) - np.uint64(48) <= np.uint64(9):
-                            fraction = fraction * 10 + np.int64(buf[pos]) - 48
-                            pos += 1
-                        count = pos - start
+                        fraction = np.uint64(0)
+                        if pos + 8 <= n:  # the 1-3 digits from one word, as the integer's
+                            w = _load64(buf, pos)
+                            marks = _non_digits(w)
+                            count = _first(marks) if marks else 8
+                            if count:
+                                fraction = _eight((w - _ZEROS) << np.uint64(8 * (8 - count)))
+                            pos += count
+                        else:
+                            while pos < n and pos - start < 4 and np.uint64(buf[pos]) - np.uint64(48) <= np.uint64(9):
+                                fraction = fraction * np.uint64(10) + (np.uint64(buf[pos]) - np.uint64(48))
+                                pos += 1
+                            count = pos - start
                         if count == 0 or count > 3:
                             return -1, newlines
-                        thousandths += fraction * (100 if count == 1 else 10 if count == 2 else 1)
+                        thousandths += np.int64(fraction) * (100 if count == 1 else 10 if count == 2 else 1)
                     if thousandths >= _MAX_THOUSANDTHS:
                         return -1, newlines
                     floats[slots[f], row] = np.float64(thousandths) / 1000.0
