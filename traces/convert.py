@@ -53,6 +53,18 @@ def sniff(path) -> str:
         path, f"cannot tell the trace format; name it with --format ({', '.join(formats.NAMES)})")
 
 
+@contextlib.contextmanager
+def without_gc():
+    """The cyclic garbage collector paused: an import makes few reference cycles, and each
+    full collection walks every object Numba and pyarrow hold (5-20 % of a blktrace import)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@without_gc()  # the whole import: Numba loading for the first chunk made 40 ms of collections
 def import_trace(paths, output, fmt=None, options=None, command=None, progress=None,
                  force=False) -> tuple[Path, int]:
     """Read `paths` in format `fmt` (sniffed from the first file when None) into a trace at
@@ -107,7 +119,7 @@ def import_trace(paths, output, fmt=None, options=None, command=None, progress=N
     rows, last_ts = 0, None
     # Parsing (in a thread) overlaps compression and writing (here): both release the GIL.
     chunks = prefetch(chunks)
-    with no_room_is_refused(output), without_gc(), TraceWriter(output, fields, metadata, force=force) as writer:
+    with no_room_is_refused(output), TraceWriter(output, fields, metadata, force=force) as writer:
         for part in itertools.chain([first] if first is not None else [], chunks):
             part = {n: _as_column(n, part[n]) for n in names}
             if shift:
@@ -161,17 +173,6 @@ def _check_gaps(paths, part, row0, last_ts) -> None:
                                f"{span_text(MAX_GAP_NS)}): a damaged timestamp, not a pause; "
                                "cut the damaged records out of the input (--drop-outliers does "
                                "that for lone records of the text formats)")
-
-
-@contextlib.contextmanager
-def without_gc():
-    """The cyclic garbage collector paused: an import makes few reference cycles, and each
-    full collection walks every object Numba and pyarrow hold (5-20 % of a blktrace import)."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _as_column(name, values):
