@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from traces.errors import ReplayError, TraceFormatError
