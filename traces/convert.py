@@ -162,9 +162,13 @@ def _check_gaps(paths, part, row0, last_ts) -> None:
     """The backstop behind each format's outlier check: consecutive I/Os (and the start, 0,
     and the first I/O) more than MAX_GAP_NS apart are refused, naming the I/O rows."""
     ts = part["ts_ns"]
-    if not len(ts):
+    before = last_ts if last_ts is not None else 0
+    # _check_chunk has seen the times rise from `before`, so no gap is wider than the span
+    # from `before` to the last: within MAX_GAP_NS (the usual case), the passes below are not
+    # needed (about 1 ns a record on the main thread).
+    if not len(ts) or ts[-1] - before <= MAX_GAP_NS:
         return
-    gaps = np.diff(ts, prepend=last_ts if last_ts is not None else 0)
+    gaps = np.diff(ts, prepend=before)
     if (far := gaps > MAX_GAP_NS).any():
         i = int(far.argmax())
         where = (f"I/O {row0 + i + 1} comes {span_text(gaps[i])} after the one before it"
