@@ -338,10 +338,11 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
     /// leader is in its I/O, and the follower takes it only when the next row is due within
     /// FOLLOW_NS (so a leader held in a long I/O hands on the next row, one that is soon done
     /// claims it itself), looking again FOLLOW_NS later, or FOLLOW_NS before a later row's
-    /// deadline (with every row pushed claimed, at the leaders' first). With no row left to claim it takes a free place too: the claim then waits
-    /// for the next chunk, or ends the thread at the end of the input. When a leader's row is
-    /// over FOLLOW_NS late, that leader is held up off its CPU (preempted while it spins): the
-    /// follower leads as well, so the rows after it go on time.
+    /// deadline (with every row pushed claimed, at the leaders' first). With no row left to
+    /// claim it takes a free place too: the claim then waits for the next chunk, or ends the
+    /// thread at the end of the input. When a leader's row is over FOLLOW_NS late, that leader
+    /// is held up off its CPU (preempted while it spins): the follower leads as well, so the
+    /// rows after it go on time.
     fn follow(&self, cur: &mut Option<Arc<Slot>>) -> bool {
         let lead = |n: usize| (n < self.spinners).then_some(n + 1);
         if self.spinning.fetch_update(Ordering::Acquire, Ordering::Relaxed, lead).is_ok() {
@@ -353,7 +354,8 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
             }
             let now = self.clock.now();
             let next = self.next_due(cur);
-            if next.is_none_or(|t| t - now <= FOLLOW_NS) && self.spinning.fetch_update(Ordering::Acquire, Ordering::Relaxed, lead).is_ok() {
+            let near = next.is_none_or(|t| t - now <= FOLLOW_NS);
+            if near && self.spinning.fetch_update(Ordering::Acquire, Ordering::Relaxed, lead).is_ok() {
                 return true;
             }
             let held = || self.leading.iter().any(|l| now - l.0.load(Ordering::Relaxed) > FOLLOW_NS);
