@@ -126,6 +126,32 @@ impl Clock for Monotonic {
     }
 }
 
+/// The real clock, counting its reads (tests of how often a loop reads it).
+#[cfg(test)]
+#[derive(Default)]
+pub struct Counting(pub std::sync::atomic::AtomicU64);
+
+#[cfg(test)]
+impl Counting {
+    pub fn reads(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+impl Clock for Counting {
+    fn now(&self) -> i64 {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        now_ns()
+    }
+    fn sleep_until(&self, t: i64) -> i64 {
+        Monotonic.sleep_until(t)
+    }
+    fn spin_until(&self, t: i64) -> i64 {
+        Monotonic.spin_until(t)
+    }
+}
+
 /// The intended issue time of an I/O, relative to the run's start: ts / speed. Computed from
 /// the trace's own timestamp every time (an absolute deadline), so lateness never accumulates.
 #[inline]

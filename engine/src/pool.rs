@@ -536,7 +536,7 @@ pub fn run_pool<C: Clock, I: Issuer>(
 mod tests {
     use super::*;
     use crate::backend::OP_READ;
-    use crate::clock::{now_ns, Monotonic};
+    use crate::clock::{now_ns, Counting, Monotonic};
     use crate::data::DataPattern;
     use crate::run::START_UNSET;
     use std::collections::HashMap;
@@ -771,23 +771,6 @@ mod tests {
         assert!(most > 1);
     }
 
-    /// The real clock, counting its reads.
-    #[derive(Default)]
-    struct Counting(AtomicUsize);
-
-    impl Clock for Counting {
-        fn now(&self) -> i64 {
-            self.0.fetch_add(1, Ordering::Relaxed);
-            now_ns()
-        }
-        fn sleep_until(&self, t: i64) -> i64 {
-            Monotonic.sleep_until(t)
-        }
-        fn spin_until(&self, t: i64) -> i64 {
-            Monotonic.spin_until(t)
-        }
-    }
-
     /// Completes every I/O at once, its completion timed on `clock`.
     struct Timed<'a>(&'a Counting);
 
@@ -804,7 +787,7 @@ mod tests {
         let clock = Counting::default();
         let (out, summary) = replay(&Timed(&clock), &clock, 2, Mode::Afap, &vec![0; n], 1000, START_UNSET);
         assert_eq!(summary.rows_issued, n as u64);
-        let reads = clock.0.load(Ordering::Relaxed);
+        let reads = clock.reads() as usize;
         // One per I/O, one per batch claimed, and the start's few.
         assert!(reads <= n + n / AFAP_BATCH + 2 * 10 + 10, "{reads} clock reads for {n} I/Os");
         let (issue, complete) = (column(&out, |r| &r.issue_ns), column(&out, |r| &r.complete_ns));

@@ -600,7 +600,7 @@ pub fn run<C: Clock>(
 mod tests {
     use super::*;
     use crate::backend::{Completion, Entered};
-    use crate::clock::{now_ns, Monotonic};
+    use crate::clock::{now_ns, Counting, Monotonic};
     use crate::data::DataPattern;
     use crate::null::NullEngine;
     use std::collections::{HashMap, VecDeque};
@@ -725,22 +725,6 @@ mod tests {
         assert!(out[0].intended_ns.iter().zip(&out[0].issue_ns).all(|(d, i)| d <= i && i - d < 1_000_000_000));
     }
 
-    /// The real clock, counting how often the loop reads it.
-    struct Counted(AtomicU64);
-
-    impl Clock for Counted {
-        fn now(&self) -> i64 {
-            self.0.fetch_add(1, Ordering::Relaxed);
-            now_ns()
-        }
-        fn sleep_until(&self, t: i64) -> i64 {
-            Monotonic.sleep_until(t)
-        }
-        fn spin_until(&self, t: i64) -> i64 {
-            Monotonic.spin_until(t)
-        }
-    }
-
     #[test]
     fn a_closed_loop_on_the_null_engine_takes_each_rows_due_time_from_the_enter_before() {
         // At QD1 row i is due when row i - 1 completed (the null engine: when its enter
@@ -751,10 +735,10 @@ mod tests {
         tx.send(chunk(1000, vec![0; 1000])).unwrap();
         drop(tx);
         let (otx, orx) = channel();
-        let clock = Counted(AtomicU64::new(0));
+        let clock = Counting::default();
         run(&mut NullEngine::new(1), &bufs, Mode::Afap, 1, &unset(), rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), &clock).unwrap();
         let out: Vec<ChunkResult> = orx.into_iter().collect();
-        let reads = clock.0.load(Ordering::Relaxed);
+        let reads = clock.reads();
         assert!(reads <= 8, "{reads} clock reads for 2,000 rows");
         for r in &out {
             assert_eq!(r.issued, 1000);
@@ -773,9 +757,9 @@ mod tests {
         tx.send(chunk(0, vec![0; 100])).unwrap();
         drop(tx);
         let (otx, orx) = channel();
-        let clock = Counted(AtomicU64::new(0));
+        let clock = Counting::default();
         run(&mut NullEngine::with_service(1, 1_000), &bufs, Mode::Afap, 1, &unset(), rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), &clock).unwrap();
-        assert!(clock.0.load(Ordering::Relaxed) <= 8);
+        assert!(clock.reads() <= 8);
         let r = orx.recv().unwrap();
         assert!((1..100).all(|i| r.intended_ns[i] >= r.complete_ns[i - 1] && r.complete_ns[i] - r.issue_ns[i] >= 1_000));
     }
@@ -801,9 +785,9 @@ mod tests {
         }
         drop(tx);
         let (otx, orx) = channel();
-        let clock = Counted(AtomicU64::new(0));
+        let clock = Counting::default();
         run(&mut engine, &bufs, Mode::Afap, 1, &unset(), rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), &clock).unwrap();
-        let reads = clock.0.load(Ordering::Relaxed);
+        let reads = clock.reads();
         assert!(reads <= 8, "{reads} clock reads of the loop's own for 1,000 I/Os");
         for r in orx.into_iter() {
             assert!(r.result.iter().all(|&x| x == 4096));
