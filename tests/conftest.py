@@ -71,13 +71,14 @@ def loop_device(tmp_path):
 
 @pytest.fixture
 def mounted(tmp_path):
-    """A factory: mounted(device) mounts it on a new directory, unmounted however the test ends."""
+    """A factory: mounted(device, *options) mounts it (with mount's `options`) on a new
+    directory, unmounted however the test ends."""
     mountpoints = []
 
-    def mount(device: str) -> Path:
+    def mount(device: str, *options: str) -> Path:
         where = tmp_path / f"mnt{len(mountpoints)}"
         where.mkdir()
-        _run("mount", device, str(where))
+        _run("mount", *options, device, str(where))
         mountpoints.append(where)
         return where
 
@@ -86,6 +87,13 @@ def mounted(tmp_path):
     finally:
         for where in reversed(mountpoints):
             subprocess.run(["umount", str(where)], capture_output=True)
+
+
+@pytest.fixture
+def tmpfs(mounted):
+    """A factory: tmpfs(size) mounts a real tmpfs of `size` ("1m", "8k") on a new directory,
+    unmounted however the test ends: writes past its room fail with ENOSPC."""
+    return lambda size: mounted("tracereplay-test", "-t", "tmpfs", "-o", f"size={size}")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -141,12 +141,7 @@ def test_capture_to_a_device_node_is_refused_before_tracing(tmp_path, loop_devic
 @pytest.mark.parametrize("command", ["import", "export"])
 def test_import_and_export_to_a_device_node_are_refused(tmp_path, demo, command):
     node = node_like(tmp_path / "null", "/dev/null")
-    if command == "import":
-        export_trace(demo, "csv", tmp_path / "d.csv")
-        done = replay_cli("import", tmp_path / "d.csv", "-o", node)
-    else:
-        done = replay_cli("export", demo, "--format", "csv", "-o", node)
-    refused(done, f"{node} is a character device")
+    refused(replay_cli(*_writes(command, tmp_path, demo, node)), f"{node} is a character device")
     assert stat.S_ISCHR(os.stat(node).st_mode)
 
 
@@ -247,47 +242,32 @@ def test_a_second_run_into_an_output_being_written_is_refused(tmp_path, demo, fo
 # ---- a full filesystem under -o --------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def full_tmpfs(path):
-    """A real tmpfs of two pages at `path` (no trace fits), unmounted however the block ends."""
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tracereplay-full", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 @pytest.mark.root
 @pytest.mark.parametrize("command", ["import", "export"])
-def test_import_and_export_onto_a_full_filesystem_say_so_in_one_line(tmp_path, demo, command):
-    with full_tmpfs(tmp_path / "full") as full:
-        out = full / "out"
-        if command == "import":
-            export_trace(demo, "csv", tmp_path / "d.csv")
-            done = replay_cli("import", tmp_path / "d.csv", "-o", out)
-        else:
-            done = replay_cli("export", demo, "--format", "csv", "-o", out)
-        refused(done, f"cannot write {out}: No space left on device; nothing was written")
-        assert os.listdir(full) == []
+def test_import_and_export_onto_a_full_filesystem_say_so_in_one_line(tmp_path, demo, command, tmpfs):
+    full = tmpfs("8k")  # two pages: no trace fits
+    out = full / "out"
+    refused(replay_cli(*_writes(command, tmp_path, demo, out)),
+            f"cannot write {out}: No space left on device; nothing was written")
+    assert os.listdir(full) == []
 
 
 @pytest.mark.root
 @pytest.mark.loopdev
-def test_a_capture_that_finds_no_room_is_kept_in_the_temporary_directory(tmp_path, loop_device):
+def test_a_capture_that_finds_no_room_is_kept_in_the_temporary_directory(tmp_path, loop_device, tmpfs):
     device = loop_device(16 * MIB)
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
-    with full_tmpfs(tmp_path / "full") as full:
-        out = full / "c.parquet"
-        with replay_process("capture", device, "-o", out, "--", "dd", "if=/dev/urandom", f"of={device}",
-                            "bs=4k", "count=2000", "oflag=direct", env={"TMPDIR": str(tmpdir)}) as proc:
-            _, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 2 and "Traceback" not in stderr, stderr
-        [kept] = tmpdir.glob("tracereplay-capture-*-c.parquet")
-        assert stderr.splitlines()[-1] == (f"error: cannot write {out}: No space left on device; the "
-                                           f"capture is kept in {kept} instead: move it where it belongs")
-        assert os.listdir(full) == []
+    full = tmpfs("8k")
+    out = full / "c.parquet"
+    with replay_process("capture", device, "-o", out, "--", "dd", "if=/dev/urandom", f"of={device}",
+                        "bs=4k", "count=2000", "oflag=direct", env={"TMPDIR": str(tmpdir)}) as proc:
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in stderr, stderr
+    [kept] = tmpdir.glob("tracereplay-capture-*-c.parquet")
+    assert stderr.splitlines()[-1] == (f"error: cannot write {out}: No space left on device; the "
+                                       f"capture is kept in {kept} instead: move it where it belongs")
+    assert os.listdir(full) == []
     cols, _ = read_trace(kept)
     writes = cols["op"] == Op.WRITE
     assert np.count_nonzero(writes) >= 2000 and np.all(cols["length"][writes] == 4096)

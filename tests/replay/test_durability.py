@@ -201,18 +201,6 @@ def test_ctrl_c_over_several_chunks_and_workers_keeps_every_io_issued(tmp_path):
 # ---- a full results filesystem -----------------------------------------------------------
 
 
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size: str):
-    """A real tmpfs of `size` mounted at `path`, unmounted however the block ends."""
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tracereplay-test", str(path)],
-                   check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 def fill(path: Path) -> None:
     """Fill the filesystem of `path` until the kernel says ENOSPC."""
     with open(path, "wb", buffering=0) as f:
@@ -230,47 +218,47 @@ def fill(path: Path) -> None:
 
 
 @root
-def test_results_that_cannot_fit_are_refused_before_any_io(tmp_path):
+def test_results_that_cannot_fit_are_refused_before_any_io(tmp_path, tmpfs):
     trace = make_trace(tmp_path / "t.parquet", 200_000, 1000)
-    with small_tmpfs(tmp_path / "small", "2m") as small:
-        done = replay_cli("run", trace, "--engine", "null", "--afap", "-o", small / "out.parquet")
-        assert done.returncode == 2, done.stderr
-        line = one_line(done.stderr, "error:")
-        assert "200,000 I/Os need" in line and "free" in line and str(small) in line
-        assert os.listdir(small) == []
+    small = tmpfs("2m")
+    done = replay_cli("run", trace, "--engine", "null", "--afap", "-o", small / "out.parquet")
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr, "error:")
+    assert "200,000 I/Os need" in line and "free" in line and str(small) in line
+    assert os.listdir(small) == []
 
 
 @root
-def test_a_completely_full_results_filesystem_is_refused_in_one_line(tmp_path):
+def test_a_completely_full_results_filesystem_is_refused_in_one_line(tmp_path, tmpfs):
     trace = make_trace(tmp_path / "t.parquet", 10, 1000)
-    with small_tmpfs(tmp_path / "small", "1m") as small:
-        fill(small / "filler")
-        done = replay_cli("run", trace, "--engine", "null", "--afap", "-o", small / "out.parquet")
-        assert done.returncode == 2, done.stderr
-        assert "0 bytes) free" in one_line(done.stderr, "error:")
-        assert os.listdir(small) == ["filler"]
+    small = tmpfs("1m")
+    fill(small / "filler")
+    done = replay_cli("run", trace, "--engine", "null", "--afap", "-o", small / "out.parquet")
+    assert done.returncode == 2, done.stderr
+    assert "0 bytes) free" in one_line(done.stderr, "error:")
+    assert os.listdir(small) == ["filler"]
 
 
 @root
-def test_a_full_results_filesystem_mid_run_stops_cleanly_and_keeps_the_rows(tmp_path):
+def test_a_full_results_filesystem_mid_run_stops_cleanly_and_keeps_the_rows(tmp_path, tmpfs):
     n, gap = 200_000, 100_000  # 10k IOPS for 20 s; the results need about 3 MB
     trace = make_trace(tmp_path / "t.parquet", n, gap)
-    with small_tmpfs(tmp_path / "small", "6m") as small:
-        out = small / "out.parquet"
-        with replay_process("run", trace, "--engine", "null", "-o", out, cwd=tmp_path) as proc:
-            wait_for(proc, lambda: journal(out) and os.path.getsize(journal(out)[0]) > 50_000,
-                     "the first results")
-            fill(small / "filler")
-            _, stderr = proc.communicate(timeout=60)
-        assert proc.returncode == 2, stderr
-        line = one_line(stderr, "error:")
-        assert "full" in line and "replay recover" in line
-        [partial] = journal(out)
-        assert partial in line and not out.exists()
-        os.unlink(small / "filler")
-        done = replay_cli("recover", partial)
-        assert done.returncode == 0, done.stderr
-        cols, meta = read_trace(out)
-        rows = len(cols["op"])
-        assert 0 < rows < n and meta["interrupted"] is True
-        np.testing.assert_array_equal(cols["ts_ns"], np.arange(rows) * gap)
+    small = tmpfs("6m")
+    out = small / "out.parquet"
+    with replay_process("run", trace, "--engine", "null", "-o", out, cwd=tmp_path) as proc:
+        wait_for(proc, lambda: journal(out) and os.path.getsize(journal(out)[0]) > 50_000,
+                 "the first results")
+        fill(small / "filler")
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2, stderr
+    line = one_line(stderr, "error:")
+    assert "full" in line and "replay recover" in line
+    [partial] = journal(out)
+    assert partial in line and not out.exists()
+    os.unlink(small / "filler")
+    done = replay_cli("recover", partial)
+    assert done.returncode == 0, done.stderr
+    cols, meta = read_trace(out)
+    rows = len(cols["op"])
+    assert 0 < rows < n and meta["interrupted"] is True
+    np.testing.assert_array_equal(cols["ts_ns"], np.arange(rows) * gap)

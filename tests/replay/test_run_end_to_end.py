@@ -646,28 +646,13 @@ def test_notes_come_before_the_run(tmp_path):
     assert proc.returncode == 0
 
 
-@pytest.fixture
-def full_tmpfs(tmp_path):
-    """A 1 MiB tmpfs, unmounted however the test ends: writes past its room fail with ENOSPC."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (mount)")
-    where = tmp_path / "tiny"
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tracereplay-tiny", str(where)],
-                   check=True, capture_output=True)
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], capture_output=True)
-
-
 @pytest.mark.root
-def test_a_run_whose_ios_fail_exits_3_naming_them_and_counts_no_iops(tmp_path, full_tmpfs):
+def test_a_run_whose_ios_fail_exits_3_naming_them_and_counts_no_iops(tmp_path, tmpfs):
     import json
 
     from tests.cli_process import replay_cli
 
-    target = make_file(full_tmpfs / "disk.img", 4 * MIB)  # sparse: room for 1 MiB of it
+    target = make_file(tmpfs("1m") / "disk.img", 4 * MIB)  # sparse: room for 1 MiB of it
     trace = make_trace(tmp_path / "w.parquet", [(i * 10_000, W, i * 256 * KIB, 256 * KIB) for i in range(8)])
     done = replay_cli("run", trace, target, "--json", "-o", tmp_path / "out.parquet")
     cols, _ = read_trace(tmp_path / "out.parquet")

@@ -536,4 +536,3 @@ def record_blocks(path, record: np.dtype, meter=None, block_records=1 << 20):
                     raise TraceFormatError(path, f"byte offset {index * size}: the file ends {len(carry)} "
                                            f"bytes into a {size}-byte record; it is cut short")
                 return
-
