@@ -320,13 +320,11 @@ def _write(output: Path, cols: dict, metadata: dict, force: bool) -> None:
     """The trace at `output`; where it finds no room (a full filesystem), in the temporary
     directory instead, as a capture cannot be taken again, and a CaptureError says where."""
     try:
-        _write_trace(output, cols, metadata, force)
+        return _write_trace(output, cols, metadata, force)
     except OSError as e:
         if e.errno not in NO_ROOM:
             raise
         problem = f"cannot write {output}: {os.strerror(e.errno)}"
-    else:
-        return
     kept = Path(tempfile.gettempdir()) / f"tracereplay-capture-{os.getpid()}-{output.name}"
     try:
         _write_trace(kept, cols, metadata, False)
