@@ -1,5 +1,7 @@
 //! The monotonic clock every recorded time uses, and the wait that paces open-loop replay.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 /// Nanoseconds on CLOCK_MONOTONIC (the vDSO makes this ~20 ns, no syscall).
 #[inline]
 pub fn now_ns() -> i64 {
@@ -22,6 +24,49 @@ pub fn thread_cpu_ns() -> i64 {
 /// (2k IOPS, null engine), p99 lateness was 40-58 us spinning the last 30 us and 15-18 us
 /// spinning the last 100 us, for up to a fifth of a core spent spinning at that rate.
 pub const SPIN_NS: i64 = 100_000;
+
+/// How close to a deadline a thread that holds a `LongSpin` stops sleeping. A thread that
+/// sleeps lets its CPU idle, and on this project's VMs an idle vCPU halts at once (cpuidle's
+/// haltpoll driver, 0 ns of polling) and resumes through the hypervisor, now and then 1-1.4
+/// ms late with both CPUs otherwise idle; on a busy CPU a woken thread can wait up to a 4 ms
+/// tick for it. The floor (bench/floor.c) made to sleep until 100 us before each deadline had
+/// 2.55 % of its I/Os over 100 us late against 0.53 % spinning all the way (Poisson 20k IOPS
+/// on zram, 3 alternating rounds each, a loaded minute); sleeping until 1 ms before, 0.31 %.
+/// 2 ms outlasts the idle vCPU's late resumes. The cost: a thread that waits so spins up to
+/// 2 ms per gap, so a Poisson trace keeps 1 - exp(-rate x 2 ms) of a CPU busy (measured: 19 %
+/// at 100 IOPS, 87 % at 1k; the floor spins all the time), and an idle gap costs 2 ms.
+pub const LONG_SPIN_NS: i64 = 2_000_000;
+
+/// Threads of this process spinning towards a deadline under a `LongSpin`.
+static LONG_SPINNING: AtomicUsize = AtomicUsize::new(0);
+
+/// A place among the threads of this process that may spin LONG_SPIN_NS towards a deadline:
+/// one fewer than the CPUs, so that replays side by side (workers, each with threads of its
+/// own) never spin on every CPU at once; a thread that gets none waits as before, sleeping
+/// to SPIN_NS. Given back when dropped.
+pub struct LongSpin(Option<&'static AtomicUsize>);
+
+impl LongSpin {
+    /// One of the process's places, if one is free.
+    pub fn take() -> Option<Self> {
+        let most = std::thread::available_parallelism().map_or(1, |c| c.get()).saturating_sub(1).max(1);
+        let spin = |n: usize| (n < most).then_some(n + 1);
+        LONG_SPINNING.fetch_update(Ordering::Acquire, Ordering::Relaxed, spin).ok().map(|_| Self(Some(&LONG_SPINNING)))
+    }
+
+    /// A place counted nowhere (a test clock's: its threads spin in virtual time).
+    pub fn free() -> Self {
+        Self(None)
+    }
+}
+
+impl Drop for LongSpin {
+    fn drop(&mut self) {
+        if let Some(n) = self.0 {
+            n.fetch_sub(1, Ordering::Release);
+        }
+    }
+}
 
 /// Make this thread's timed sleeps precise: the default 50 us timer slack alone makes a
 /// sleep ~54 us late at the median.
@@ -87,6 +132,10 @@ pub trait Clock: Sync {
             self.sleep_until(t - SPIN_NS);
         }
         self.spin_until(t)
+    }
+    /// A place to spin LONG_SPIN_NS towards a deadline, if one is free (`LongSpin`).
+    fn long_spin(&self) -> Option<LongSpin> {
+        LongSpin::take()
     }
     /// A thread that waits on this clock starts and ends (a test clock that advances only when
     /// every such thread waits counts them; the real one has nothing to do).
