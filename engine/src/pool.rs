@@ -4,22 +4,22 @@
 //! crosses a thread, no lock is taken per I/O, and a thread held up in one I/O (or off its
 //! CPU) delays no other row: another thread takes the next. With a thread per CPU, open loop
 //! runs as leaders and a follower: only a leader claims rows, so the rows go to the threads
-//! that spin, and the follower leads only while a leader is in its I/O (see `follow`).
+//! that spin, and the follower leads only while a leader is held up (see `follow`).
 
 use std::collections::VecDeque;
 use std::io;
 use std::ops::Range;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::backend::{Completion, Io};
-use crate::clock::{intended_ns, set_precise_timer_slack, thread_cpu_ns, Clock, SPIN_NS};
+use crate::clock::{intended_ns, set_precise_timer_slack, thread_cpu_ns, Clock, LONG_SPIN_NS, SPIN_NS};
 use crate::data::Buffers;
 use crate::psync::perform;
-use crate::run::{begin, Chunk, ChunkResult, Mode, Summary, MAX_BLOCK_NS};
+use crate::run::{first_chunk, stopped, wait_or_stop, Chunk, ChunkResult, Mode, Summary, MAX_BLOCK_NS};
 
 /// Starts one I/O's system call and reports its completion, on the calling thread.
 pub trait Issuer: Sync {
@@ -83,14 +83,16 @@ const PROGRESS_EVERY: u64 = 1024;
 /// this long at a time (never past its deadline), then tries again to take a spinner's place;
 /// a follower looks this often for a leader held in its I/O while the next row is near.
 const FOLLOW_NS: i64 = 20_000;
+/// How often the run's own thread lays the next chunk out and sends finished results (`tend`).
+const TEND: Duration = Duration::from_millis(2);
 /// A follower that knows no deadline ahead (every row pushed is claimed, and no leader has
 /// one: its claim waits for the next chunk) looks for a free leader's place this often.
 const IDLE_FOLLOW_NS: i64 = 1_000_000;
 
 /// A chunk being replayed: rows are claimed by bumping `claimed`; each row's results are
 /// written by the one thread that claimed it, then counted in `finished` (Release, once per
-/// claim: rows done are rows issued), which the thread that retires the chunk reads (Acquire)
-/// before it reads the results.
+/// claim: rows done are rows issued), which the run's own thread reads (Acquire) before it
+/// reads the results.
 struct Slot {
     chunk: Chunk,
     claimed: AtomicUsize,
@@ -138,12 +140,15 @@ impl Slot {
 #[repr(align(64))]
 struct Leading(AtomicI64);
 
-/// The chunks in play, oldest first (only the newest can have rows left to claim), and the
-/// channels: touched when a thread needs a new chunk or retires one, not per I/O.
+/// The chunks in play, oldest first (only the newest can have rows left to claim), the next
+/// one, and the channels: touched when a thread needs a new chunk, not per I/O.
 struct Feed {
     input: Receiver<Chunk>,
     input_open: bool,
     active: VecDeque<Arc<Slot>>,
+    /// The next chunk, taken from the input and laid out ahead of its first row by the run's
+    /// own thread (`tend`).
+    ready: Option<Arc<Slot>>,
     output: Sender<ChunkResult>,
 }
 
@@ -166,6 +171,8 @@ struct Pool<'a, C: Clock, I: Issuer> {
     leads: bool,
     /// Each thread's row while it leads.
     leading: Vec<Leading>,
+    /// Pool threads still running.
+    live: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -197,13 +204,20 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
                     continue;
                 }
             }
-            // Ours is the newest and exhausted: the next chunk comes from the input (the lock
-            // is let go between tries, so other threads retire chunks meanwhile).
+            // Ours is the newest and exhausted: the next chunk is the one laid out ahead, or
+            // comes from the input (the lock is let go between tries).
+            if let Some(s) = feed.ready.take() {
+                feed.active.push_back(Arc::clone(&s));
+                *cur = Some(s);
+                continue;
+            }
             if !feed.input_open || self.stopping() {
                 return None;
             }
             match feed.input.recv_timeout(Duration::from_millis(20)) {
                 Ok(chunk) => {
+                    #[cfg(test)]
+                    tests::LAID_OUT_BY_A_POOL_THREAD.lock().unwrap().push(chunk.base);
                     let s = Slot::new(chunk);
                     feed.active.push_back(Arc::clone(&s));
                     *cur = Some(s);
@@ -217,14 +231,41 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
         }
     }
 
-    /// Send the finished chunks at the front, in order.
-    fn retire(&self) {
-        let mut feed = lock(&self.feed);
-        while feed.active.front().is_some_and(|s| s.done()) {
-            let s = feed.active.pop_front().expect("front");
-            if feed.output.send(s.result()).is_err() {
-                self.deaf.store(true, Ordering::Relaxed);
+    /// The run's own thread while the pool's threads run: lays the next chunk out ahead
+    /// (`Feed::ready`) and sends the finished chunks' results, in order, every TEND_NS. Done
+    /// by the thread that claimed a chunk's first row or issued its last, each stood between
+    /// two rows: a 65,536-row chunk's slot and its results are 2 MB of fresh memory each, and
+    /// their page faults held the leader 0.2-3.7 ms at every chunk boundary (at 100k IOPS on
+    /// zram, 673 of the 1,222 I/Os over 100 us late in 3 s, traced).
+    fn tend(&self) {
+        let output = lock(&self.feed).output.clone();
+        while self.live.load(Ordering::Acquire) > 0 {
+            {
+                let mut feed = lock(&self.feed);
+                if feed.ready.is_none() && feed.input_open {
+                    match feed.input.try_recv() {
+                        Ok(chunk) => feed.ready = Some(Slot::new(chunk)),
+                        Err(TryRecvError::Empty) => {}
+                        Err(TryRecvError::Disconnected) => feed.input_open = false,
+                    }
+                }
             }
+            // Taken off the front under the lock, and sent without it: a thread that needs the
+            // next chunk does not wait for a result to be gathered.
+            loop {
+                let done = {
+                    let mut feed = lock(&self.feed);
+                    match feed.active.front() {
+                        Some(s) if s.done() => feed.active.pop_front(),
+                        _ => None,
+                    }
+                };
+                let Some(s) = done else { break };
+                if output.send(s.result()).is_err() {
+                    self.deaf.store(true, Ordering::Relaxed);
+                }
+            }
+            std::thread::sleep(TEND);
         }
     }
 
@@ -270,9 +311,7 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
             count += done as u64;
             // The chunk's counters are shared by every thread: touched once per claim, not per
             // I/O, or their cache line would cross between the CPUs with every I/O.
-            if slot.finished.fetch_add(done, Ordering::Release) + done == slot.chunk.len() {
-                self.retire();
-            }
+            slot.finished.fetch_add(done, Ordering::Release);
             if count - reported >= PROGRESS_EVERY {
                 self.completed.fetch_add(count - reported, Ordering::Relaxed);
                 reported = count;
@@ -284,15 +323,20 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
         self.completed.fetch_add(count - reported, Ordering::Relaxed);
         self.rows_issued.fetch_add(count, Ordering::Relaxed);
         self.clock.thread_done();
+        self.live.fetch_sub(1, Ordering::Release);
         thread_cpu_ns()
     }
 
     /// Open loop on a thread per CPU. A thread leads (one of at most `spinners`) or follows.
     /// A leader claims the next row, sleeps towards its deadline and spins the last SPIN_NS,
-    /// steps down just before the system call and, its I/O done, leads again if it can. The
-    /// rows thus go to threads that spin, on a CPU they hold, as the floor's one thread does.
-    /// When every idle thread claimed the next row, the one that could not spin slept to its
-    /// deadline and needed the other CPU just then, which everything else runs on: of the
+    /// makes the system call and claims the next row, as the floor's one thread does: the
+    /// rows go to threads that spin, on a CPU they hold. It stays the leader through its I/O,
+    /// so the follower leads only while a leader is held (`follow`), and steps down after that
+    /// I/O if the follower stood in for it meanwhile. A leader that stepped down for each
+    /// system call (so that the follower could lead meanwhile) handed the lead back and forth:
+    /// the thread leading next had just woken from a short sleep and the other went to sleep,
+    /// so both CPUs idled and woke by turns. When every idle thread claimed the next row, the
+    /// one that could not spin slept to its deadline and needed the other CPU just then: of the
     /// 188 I/Os over 100 us late in 3 s at 100k IOPS on zram (sched_switch traced, a quiet
     /// minute; the floor had none), 79 went to a thread off its CPU at the deadline: 49 woken
     /// but waiting for a CPU (the results' Parquet encoder, the Python thread, other
@@ -300,49 +344,52 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
     /// preempted. Returns the thread's CPU time.
     fn leader_or_follower(&self, thread: usize) -> i64 {
         let (mut cur, mut count, mut reported) = (None, 0u64, 0u64);
-        while self.follow(&mut cur) {
-            let step_down = || {
-                self.leading[thread].0.store(i64::MAX, Ordering::Relaxed);
-                self.spinning.fetch_sub(1, Ordering::Release);
-            };
-            let Some((slot, i, _)) = self.claim(&mut cur, 1) else {
-                step_down();
-                break;
-            };
-            let io = slot.chunk.io_reading_into(i, self.bufs, thread as u64);
-            let due = self.due(&slot, i);
-            self.leading[thread].0.store(self.t0 + due, Ordering::Relaxed);
-            let Some(at) = self.lead_until(self.t0 + due) else {
-                step_down();
-                break; // stopped: the row stays unissued (-1), and the run returns it so
-            };
-            step_down(); // another thread may lead while this one is in its I/O
-            self.record(&slot, i, due, at, self.issuer.issue(&io, at, thread));
-            count += 1;
-            if slot.finished.fetch_add(1, Ordering::Release) + 1 == slot.chunk.len() {
-                self.retire();
+        let step_down = || {
+            self.leading[thread].0.store(i64::MAX, Ordering::Relaxed);
+            self.spinning.fetch_sub(1, Ordering::Release);
+        };
+        'lead: while self.follow(&mut cur) {
+            loop {
+                let Some((slot, i, _)) = self.claim(&mut cur, 1) else {
+                    step_down();
+                    break 'lead;
+                };
+                let io = slot.chunk.io_reading_into(i, self.bufs, thread as u64);
+                let due = self.due(&slot, i);
+                self.leading[thread].0.store(self.t0 + due, Ordering::Relaxed);
+                let Some(at) = self.lead_until(self.t0 + due) else {
+                    step_down();
+                    break 'lead; // stopped: the row stays unissued (-1), and the run returns it so
+                };
+                self.record(&slot, i, due, at, self.issuer.issue(&io, at, thread));
+                count += 1;
+                slot.finished.fetch_add(1, Ordering::Release);
+                if count - reported >= PROGRESS_EVERY {
+                    self.completed.fetch_add(count - reported, Ordering::Relaxed);
+                    reported = count;
+                }
+                if self.spinning.load(Ordering::Acquire) > self.spinners {
+                    break; // the follower stood in while this thread was held: one steps down
+                }
             }
-            if count - reported >= PROGRESS_EVERY {
-                self.completed.fetch_add(count - reported, Ordering::Relaxed);
-                reported = count;
-            }
+            step_down();
         }
         self.completed.fetch_add(count - reported, Ordering::Relaxed);
         self.rows_issued.fetch_add(count, Ordering::Relaxed);
         self.clock.thread_done();
+        self.live.fetch_sub(1, Ordering::Release);
         thread_cpu_ns()
     }
 
-    /// Waits, off the CPU, until this thread can lead; false on a stop. A thread that has just
-    /// issued (or starts) leads if a place is free; else it follows: a place is free while a
-    /// leader is in its I/O, and the follower takes it only when the next row is due within
-    /// FOLLOW_NS (so a leader held in a long I/O hands on the next row, one that is soon done
-    /// claims it itself), looking again FOLLOW_NS later, or FOLLOW_NS before a later row's
-    /// deadline (with every row pushed claimed, at the leaders' first). With no row left to
-    /// claim it takes a free place too: the claim then waits for the next chunk, or ends the
-    /// thread at the end of the input. When a leader's row is over FOLLOW_NS late, that leader
-    /// is held up off its CPU (preempted while it spins): the follower leads as well, so the
-    /// rows after it go on time.
+    /// Waits, off the CPU, until this thread can lead; false on a stop. A thread that starts
+    /// (or has stepped down) leads if a place is free; else it follows: a place is free when
+    /// fewer than `spinners` lead (at the start, or after a leader stepped down), and the
+    /// follower takes it only when the next row is due within FOLLOW_NS, looking again
+    /// FOLLOW_NS later, or FOLLOW_NS before a later row's deadline (with every row pushed
+    /// claimed, at the leaders' first). With no row left to claim it takes a free place too:
+    /// the claim then waits for the next chunk, or ends the thread at the end of the input.
+    /// When a leader's row is over FOLLOW_NS late, that leader is held up (off its CPU, or in
+    /// a long I/O): the follower leads as well, so the rows after it go on time.
     fn follow(&self, cur: &mut Option<Arc<Slot>>) -> bool {
         let lead = |n: usize| (n < self.spinners).then_some(n + 1);
         if self.spinning.fetch_update(Ordering::Acquire, Ordering::Relaxed, lead).is_ok() {
@@ -400,8 +447,10 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
         }
     }
 
-    /// A leader's wait for deadline `t`: sleep until SPIN_NS before it, spin the rest; the
-    /// time last read (>= t), or None on a stop.
+    /// A leader's wait for deadline `t`: sleep until LONG_SPIN_NS before it and spin the rest,
+    /// so that its CPU does not idle while its row is near (`LONG_SPIN_NS`); or, with no
+    /// `LongSpin` place free (replays side by side), sleep until SPIN_NS before it. The time
+    /// last read (>= t), or None on a stop.
     fn lead_until(&self, t: i64) -> Option<i64> {
         loop {
             if self.stop.load(Ordering::Relaxed) {
@@ -411,7 +460,14 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
             if t - now <= SPIN_NS {
                 return Some(self.clock.spin_until(t));
             }
-            self.clock.sleep_until(now + (t - now - SPIN_NS).min(MAX_BLOCK_NS));
+            if t - now <= LONG_SPIN_NS {
+                if let Some(_place) = self.clock.long_spin() {
+                    return Some(self.clock.spin_until(t));
+                }
+                self.clock.sleep_until(t - SPIN_NS);
+                continue;
+            }
+            self.clock.sleep_until(now + (t - now - LONG_SPIN_NS).min(MAX_BLOCK_NS));
         }
     }
 
@@ -478,16 +534,24 @@ pub fn run_pool<C: Clock, I: Issuer>(
     clock: &C,
 ) -> io::Result<Summary> {
     assert!(!matches!(mode, Mode::Causal { .. }), "causal timing runs in run.rs");
-    let (first, t0) = match begin(&input, &output, start, stop, clock) {
+    // Open loop: the threads start before the start instant and wait for their rows'
+    // deadlines themselves; started at it, the first rows went out late by the threads' start
+    // (0.2-0.8 ms at 20k IOPS on zram: the first 5-20 rows over 100 us late). AFAP has no
+    // deadlines, so its threads start at the start instant.
+    let (first, t0) = match first_chunk(&input, start, stop, clock) {
         Ok(begun) => begun,
         Err(summary) => return Ok(summary),
     };
+    if mode == Mode::Afap && wait_or_stop(clock, t0, stop).is_none() {
+        let _ = output.send(Slot::new(first).result());
+        return Ok(stopped(t0));
+    }
     let (threads, spinners) = (size.threads.clamp(1, depth.max(1)), size.spinners.max(1));
     // Leaders and one follower at most: with a thread per I/O in flight (a driver that queues
     // I/Os), the many threads that cannot lead would all look for a free place.
     let leads = mode != Mode::Afap && threads <= spinners + 1;
     let pool = Pool {
-        feed: Mutex::new(Feed { input, input_open: true, active: VecDeque::from([Slot::new(first)]), output }),
+        feed: Mutex::new(Feed { input, input_open: true, active: VecDeque::from([Slot::new(first)]), ready: None, output }),
         issuer,
         bufs,
         clock,
@@ -501,6 +565,7 @@ pub fn run_pool<C: Clock, I: Issuer>(
         spinners,
         leads,
         leading: (0..if leads { threads } else { 0 }).map(|_| Leading(AtomicI64::new(i64::MAX))).collect(),
+        live: AtomicUsize::new(threads),
     };
     for _ in 0..threads {
         clock.thread_started(); // each thread says `thread_done` as it ends
@@ -520,12 +585,14 @@ pub fn run_pool<C: Clock, I: Issuer>(
                 }
             }
         }
+        pool.tend();
         Ok(handles.into_iter().map(|h| h.join().expect("a psync thread panicked")).sum())
     });
     let cpu = cpu?;
-    // Stopped: what remains goes out partially issued, in order.
+    // What remains (stopped: partially issued) goes out in order, the chunk laid out ahead
+    // unissued.
     let feed = pool.feed.into_inner().unwrap_or_else(|e| e.into_inner());
-    for s in feed.active {
+    for s in feed.active.into_iter().chain(feed.ready) {
         let _ = feed.output.send(s.result());
     }
     let interrupted = stop.load(Ordering::Relaxed) || pool.deaf.load(Ordering::Relaxed);
@@ -536,7 +603,7 @@ pub fn run_pool<C: Clock, I: Issuer>(
 mod tests {
     use super::*;
     use crate::backend::OP_READ;
-    use crate::clock::{now_ns, Counting, Monotonic};
+    use crate::clock::{now_ns, Counting, LongSpin, Monotonic};
     use crate::data::DataPattern;
     use crate::run::START_UNSET;
     use std::collections::HashMap;
@@ -559,6 +626,12 @@ mod tests {
         held: HashMap<i64, i64>,
         /// No wait reaches past this (0: no end): a thread that would wait for ever fails.
         end: i64,
+        /// The sleeps, by thread and the time they were to end.
+        slept: Mutex<Vec<(ThreadId, i64)>>,
+        /// The time on this clock as each pool thread started.
+        started: Mutex<Vec<i64>>,
+        /// No `LongSpin` place is ever free (other replays hold them all).
+        no_long_spin: bool,
     }
 
     #[derive(Default)]
@@ -622,6 +695,7 @@ mod tests {
             self.state.lock().unwrap().now
         }
         fn sleep_until(&self, t: i64) -> i64 {
+            self.slept.lock().unwrap().push((std::thread::current().id(), t));
             self.wait(t)
         }
         /// Counts the threads spinning at once (those with time left to spin).
@@ -643,8 +717,12 @@ mod tests {
             }
             at
         }
+        fn long_spin(&self) -> Option<LongSpin> {
+            (!self.no_long_spin).then(LongSpin::free)
+        }
         fn thread_started(&self) {
             let mut st = self.state.lock().unwrap();
+            self.started.lock().unwrap().push(st.now);
             st.registered += 1;
             st.running += 1;
         }
@@ -830,6 +908,87 @@ mod tests {
         // One thread (the test's premise): the rows due meanwhile go late.
         let one = run(1);
         assert!((11..60).all(|i| one[i] > ts[i]));
+    }
+
+    #[test]
+    fn the_threads_start_before_the_start_and_the_first_row_goes_out_on_it() {
+        // Started at the start instant, the threads' own start made the first rows late.
+        let ts: Vec<i64> = (0..50).map(|i| i * 15_000).collect();
+        let start = 5_000_000;
+        let clock = VirtualClock { end: 100_000_000, ..VirtualClock::default() };
+        let rec = Recorder { clock: &clock, stalls: HashMap::new(), issued: Mutex::default() };
+        let (out, summary) = replay_sized(&rec, &clock, PoolSize { threads: 2, spinners: 1 }, Mode::Original { speed: 1.0 }, &ts, 16, start);
+        assert_eq!((summary.start_ns, summary.rows_issued), (start, 50));
+        assert_eq!(column(&out, |r| &r.issue_ns), ts);
+        let started = clock.started.lock().unwrap();
+        assert_eq!(started.len(), 2);
+        assert!(started.iter().all(|&t| t < start), "threads started at {started:?}, the run at {start}");
+    }
+
+    #[test]
+    fn a_leader_keeps_the_lead_through_its_io() {
+        // A row every 15 us, each I/O 8 us long: the leader is in an I/O half the time. It stays
+        // the leader meanwhile, so the follower, never finding a leader held, issues nothing.
+        let ts: Vec<i64> = (0..300).map(|i| i * 15_000).collect();
+        let clock = VirtualClock { end: 10_000_000, ..VirtualClock::default() };
+        let stalls = (0..300u64).map(|i| (i, 8_000)).collect();
+        let rec = Recorder { clock: &clock, stalls, issued: Mutex::default() };
+        let (out, _) = replay_sized(&rec, &clock, PoolSize { threads: 2, spinners: 1 }, Mode::Original { speed: 1.0 }, &ts, 64, 0);
+        assert_eq!(column(&out, |r| &r.issue_ns), ts);
+        let issued = rec.issued.lock().unwrap();
+        let leader = issued[&0].0;
+        let others = (0..300u64).filter(|i| issued[i].0 != leader).count();
+        assert_eq!(others, 0, "{others} rows went to the follower with no leader held");
+    }
+
+    #[test]
+    fn a_leader_sleeps_only_towards_a_deadline_more_than_long_spin_ns_away() {
+        // Rows 300 us apart, then a 50 ms gap: the leader spins through the short gaps (a sleep
+        // lets its CPU idle, and the idle CPU's wake-up is late now and then by up to
+        // milliseconds on a VM) and sleeps through the long one until LONG_SPIN_NS before its
+        // row. With no LongSpin place free, it sleeps until SPIN_NS before each row instead.
+        let mut ts: Vec<i64> = (0..20).map(|i| i * 300_000).collect();
+        ts.push(ts[19] + 50_000_000);
+        for no_long_spin in [false, true] {
+            let clock = VirtualClock { end: 200_000_000, no_long_spin, ..VirtualClock::default() };
+            let rec = Recorder { clock: &clock, stalls: HashMap::new(), issued: Mutex::default() };
+            let (out, _) = replay_sized(&rec, &clock, PoolSize { threads: 2, spinners: 1 }, Mode::Original { speed: 1.0 }, &ts, 64, 0);
+            assert_eq!(column(&out, |r| &r.issue_ns), ts);
+            let leader = rec.issued.lock().unwrap()[&0].0;
+            let slept: Vec<i64> = clock.slept.lock().unwrap().iter().filter(|s| s.0 == leader).map(|s| s.1).collect();
+            let expected = if no_long_spin {
+                ts[1..].iter().map(|t| t - SPIN_NS).chain([ts[20] - LONG_SPIN_NS]).collect::<std::collections::BTreeSet<_>>()
+            } else {
+                [ts[20] - LONG_SPIN_NS].into()
+            };
+            assert_eq!(slept.iter().copied().collect::<std::collections::BTreeSet<_>>(), expected, "the leader's sleeps (no place free: {no_long_spin})");
+        }
+    }
+
+    /// The chunks (by base) a pool thread took from the input itself, the run's own thread
+    /// having laid out none ahead.
+    pub(super) static LAID_OUT_BY_A_POOL_THREAD: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+    #[test]
+    fn each_chunk_is_laid_out_ahead_by_the_runs_own_thread() {
+        // Three chunks of 10 rows 3 ms apart, on the real clock: the run's own thread lays each
+        // next one out while the pool's threads replay the one before.
+        let base = 1 << 40;
+        let (tx, rx) = sync_channel(3);
+        for k in 0..3u64 {
+            let ts = (0..10).map(|i| (k as i64 * 10 + i) * 3_000_000).collect();
+            tx.send(Chunk::new(base + k * 10, ts, vec![OP_READ; 10], vec![0; 10], vec![4096; 10], None, 4096).unwrap()).unwrap();
+        }
+        drop(tx);
+        let (otx, orx) = channel();
+        let bufs = Buffers::new(4096, 8, DataPattern::Zeros);
+        let size = PoolSize { threads: 2, spinners: 1 };
+        let summary = run_pool(&Instant, size, &bufs, Mode::Original { speed: 1.0 }, 8, &AtomicI64::new(START_UNSET), rx, otx, &AtomicBool::new(false), &AtomicU64::new(0), &Monotonic).unwrap();
+        assert_eq!(summary.rows_issued, 30);
+        let out: Vec<ChunkResult> = orx.into_iter().collect();
+        assert_eq!(out.iter().map(|r| (r.base, r.issued)).collect::<Vec<_>>(), vec![(base, 10), (base + 10, 10), (base + 20, 10)]);
+        let by_pool: Vec<u64> = LAID_OUT_BY_A_POOL_THREAD.lock().unwrap().iter().copied().filter(|&b| b >= base).collect();
+        assert!(by_pool.is_empty(), "chunks {by_pool:?} laid out by a pool thread between two rows");
     }
 
     /// Completes every I/O at once, on the real clock.

@@ -457,7 +457,17 @@ pub(crate) fn begin<C: Clock>(
     stop: &AtomicBool,
     clock: &C,
 ) -> Result<(Chunk, i64), Summary> {
-    let stopped = |start_ns| Summary { start_ns, rows_issued: 0, interrupted: true, cpu_ns: thread_cpu_ns() };
+    let (first, t0) = first_chunk(input, start, stop, clock)?;
+    if wait_or_stop(clock, t0, stop).is_none() {
+        let _ = output.send(Active::new(first).out);
+        return Err(stopped(t0));
+    }
+    Ok((first, t0))
+}
+
+/// `begin` without the wait: the first chunk and the start instant, or the run's summary if
+/// stopped before the first chunk came or the input ended empty.
+pub(crate) fn first_chunk<C: Clock>(input: &Receiver<Chunk>, start: &AtomicI64, stop: &AtomicBool, clock: &C) -> Result<(Chunk, i64), Summary> {
     let first = loop {
         if stop.load(Ordering::Relaxed) {
             return Err(stopped(clock.now()));
@@ -474,11 +484,12 @@ pub(crate) fn begin<C: Clock>(
         START_UNSET => clock.now(),
         t => t,
     };
-    if wait_or_stop(clock, t0, stop).is_none() {
-        let _ = output.send(Active::new(first).out);
-        return Err(stopped(t0));
-    }
     Ok((first, t0))
+}
+
+/// The summary of a run stopped before its first I/O.
+pub(crate) fn stopped(start_ns: i64) -> Summary {
+    Summary { start_ns, rows_issued: 0, interrupted: true, cpu_ns: thread_cpu_ns() }
 }
 
 /// Wait until `t` on `clock`, in steps of at most MAX_BLOCK_NS so that a stop request is seen
