@@ -200,10 +200,12 @@ def write_floor_trace(path, ts_ns, offset, length, op) -> Path:
     return Path(path)
 
 
-def run_floor(binary, mode: str, dev, trace, arg) -> dict:
+def run_floor(binary, mode: str, dev, trace, arg, *extra) -> dict:
     """One floor run (`mode` timed, psync or uring; `arg` the lateness output file, threads
-    or queue depth); returns its JSON line (ios, seconds, iops, cpu_s)."""
-    proc = subprocess.run([str(binary), mode, str(dev), str(trace), str(arg)], capture_output=True, text=True)
+    or queue depth; `extra`, timed's SLEEP_NS); returns its JSON line (ios, seconds, iops,
+    cpu_s)."""
+    proc = subprocess.run([str(binary), mode, str(dev), str(trace), str(arg), *map(str, extra)],
+                          capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"floor {mode} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -2,9 +2,13 @@
  * bench/afap_floor.py to measure ours against. Reads a trace the bench writes (24-byte
  * little-endian records: int64 ts_ns, int64 offset, uint32 length, uint32 op, 0 read 1 write)
  * and replays it on DEV with O_DIRECT in one of three ways:
- *   floor timed DEV TRACE OUT   one thread spins on CLOCK_MONOTONIC to each absolute deadline,
+ *   floor timed DEV TRACE OUT [SLEEP_NS]
+ *                               one thread spins on CLOCK_MONOTONIC to each absolute deadline,
  *                               stamps the clock, then preads/pwrites; writes each I/O's
- *                               lateness (int64 ns) to OUT
+ *                               lateness (int64 ns) to OUT. With SLEEP_NS, it first sleeps
+ *                               (clock_nanosleep, 1 ns timer slack) until SLEEP_NS before each
+ *                               deadline further away than that: what a sleep near a deadline
+ *                               costs (engine/src/clock.rs's LONG_SPIN_NS)
  *   floor psync DEV TRACE N     AFAP: N threads, each one pread/pwrite loop over every Nth row
  *                               on a descriptor of DEV it opens itself (as fio's jobs do: one
  *                               open file shared by threads on several CPUs costs each call a
@@ -73,13 +77,18 @@ static void report(int64_t t0, int64_t t1) {
     printf("{\"ios\": %zu, \"seconds\": %.6f, \"iops\": %.1f, \"cpu_s\": %.6f}\n", nrows, s, nrows / s, cpu);
 }
 
-static void timed(const char *out) {
+static void timed(const char *out, int64_t sleep_ns) {
     int64_t *late = malloc(nrows * sizeof(int64_t));
     void *buf = buffer(MAXLEN);
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     int64_t t0 = now_ns() + 20000000, issue = t0;
     for (size_t i = 0; i < nrows; i++) {
         int64_t deadline = t0 + rows[i].ts_ns;
+        if (sleep_ns > 0 && deadline - now_ns() > sleep_ns) {
+            int64_t t = deadline - sleep_ns;
+            struct timespec ts = {t / 1000000000LL, t % 1000000000LL};
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        }
         while ((issue = now_ns()) < deadline) {}
         late[i] = issue - deadline;
         if (rw(fd, buf, &rows[i]) != (long)rows[i].length) die("pread/pwrite");
@@ -161,14 +170,14 @@ static void uring(unsigned qd) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: floor timed|psync|uring DEV TRACE OUT|THREADS|QD\n");
+    if (argc != 5 && !(argc == 6 && !strcmp(argv[1], "timed"))) {
+        fprintf(stderr, "usage: floor timed|psync|uring DEV TRACE OUT|THREADS|QD [SLEEP_NS]\n");
         return 2;
     }
     load(argv[3]);
     dev = argv[2];
     if ((fd = open(dev, O_RDWR | O_DIRECT)) < 0) die(dev);
-    if (!strcmp(argv[1], "timed")) timed(argv[4]);
+    if (!strcmp(argv[1], "timed")) timed(argv[4], argc == 6 ? atoll(argv[5]) : 0);
     else if (!strcmp(argv[1], "psync")) psync(atoi(argv[4]));
     else if (!strcmp(argv[1], "uring")) uring((unsigned)atoi(argv[4]));
     else { fprintf(stderr, "floor: unknown mode %s\n", argv[1]); return 2; }

@@ -12,6 +12,10 @@ each the median over the pairs; "ratio" is ours / floor of those medians ("-" wh
 is 0). Goals (issue 23): at 100k IOPS p99 <= 10 us and p99.9 <= 50 us; at every rate each
 figure within 1.5x of the floor's. fio's duration error is its job runtime / the trace's
 length - 1 (ours is 0.000 % by construction: absolute deadlines).
+
+With --sleeping-floor NS, each pair also runs the floor made to sleep until NS before each
+deadline further away (floor.c timed's SLEEP_NS), and its medians print under the table: what
+sleeping near a deadline costs on this machine (engine/src/clock.rs's LONG_SPIN_NS).
 """
 import statistics
 import tempfile
@@ -71,6 +75,8 @@ def main():
     p.add_argument("--seconds", type=float, help="trace length (default 5, quick 1)")
     p.add_argument("--pairs", type=int, help="alternating floor/ours pairs per rate (default 3, quick 1)")
     p.add_argument("--engine", help="our engine (default: the runner's choice for the device)")
+    p.add_argument("--sleeping-floor", type=int, metavar="NS",
+                   help="also run the floor sleeping until NS before each deadline")
     a = p.parse_args()
     seconds = a.seconds or (1.0 if a.quick else 5.0)
     pairs = a.pairs or (1 if a.quick else 3)
@@ -84,13 +90,13 @@ def main():
             cols = poisson(rate, seconds, span, seed=rate)
             trace = write_parquet(Path(tmp, f"poisson-{rate}.parquet"), *cols)
             raw = write_floor_trace(Path(tmp, f"poisson-{rate}.bin"), *cols)
-            runs = {"floor": [], "ours": []}
+            runs = {"floor": [], "ours": []} | ({"sleeping floor": []} if a.sleeping_floor else {})
             for k in range(pairs):
-                for who in (("floor", "ours") if k % 2 == 0 else ("ours", "floor")):
-                    if who == "floor":
+                for who in (tuple(runs) if k % 2 == 0 else tuple(runs)[::-1]):
+                    if who.endswith("floor"):
                         late = Path(tmp, "late.bin")
-                        run_floor(floor, "timed", dev, raw, late)
-                        runs["floor"].append(figures(np.fromfile(late, np.int64)))
+                        run_floor(floor, "timed", dev, raw, late, *([a.sleeping_floor] if who != "floor" else []))
+                        runs[who].append(figures(np.fromfile(late, np.int64)))
                     else:
                         out = Path(tmp, "out.parquet")
                         res = run_ours(trace, dev, out, afap=False, keep_output=True, engine=a.engine)
@@ -125,6 +131,13 @@ def main():
     print(f"Open-loop lateness (us), Poisson 4 KiB 70/30 random, {seconds:g} s per run, on {results[0]['target']}; "
           f"medians of {pairs} alternating floor/ours pairs; ratios ours/floor (goal <= 1.5)")
     print(table(headers, rows))
+    if a.sleeping_floor:
+        print(f"\nThe floor sleeping until {a.sleeping_floor / 1e3:g} us before each deadline (medians; p50, p99, "
+              "p99.9 in us, share > 100 us):")
+        for r in results:
+            s = r["median"]["sleeping floor"]
+            print(f"  {r['rate']}: {s['p50_us']:.3f} / {s['p99_us']:.2f} / {s['p999_us']:.1f} / "
+                  f"{s['over_100us'] * 100:.3f} %")
     write_json(a.json, {"machine": machine(), "rows": results})
 
 
