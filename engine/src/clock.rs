@@ -1,6 +1,6 @@
 //! The monotonic clock every recorded time uses, and the wait that paces open-loop replay.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Nanoseconds on CLOCK_MONOTONIC (the vDSO makes this ~20 ns, no syscall).
 #[inline]
@@ -37,21 +37,21 @@ pub const SPIN_NS: i64 = 100_000;
 /// at 100 IOPS, 87 % at 1k; the floor spins all the time), and an idle gap costs 2 ms.
 pub const LONG_SPIN_NS: i64 = 2_000_000;
 
-/// Threads of this process spinning towards a deadline under a `LongSpin`.
-static LONG_SPINNING: AtomicUsize = AtomicUsize::new(0);
+/// Whether a thread of this process spins towards a deadline under the `LongSpin`.
+static LONG_SPINNING: AtomicBool = AtomicBool::new(false);
 
-/// A place among the threads of this process that may spin LONG_SPIN_NS towards a deadline:
-/// one fewer than the CPUs, so that replays side by side (workers, each with threads of its
-/// own) never spin on every CPU at once; a thread that gets none waits as before, sleeping
-/// to SPIN_NS. Given back when dropped.
-pub struct LongSpin(Option<&'static AtomicUsize>);
+/// The one place in this process to spin LONG_SPIN_NS towards a deadline, so that an
+/// open-loop replay keeps at most one CPU spinning that long: replays side by side (workers)
+/// or a pool's leaders on a machine of many CPUs would otherwise each spin one. A thread that
+/// does not get it waits as before, sleeping until SPIN_NS before its deadline. Given back
+/// when dropped.
+pub struct LongSpin(Option<&'static AtomicBool>);
 
 impl LongSpin {
-    /// One of the process's places, if one is free.
+    /// The process's place, if it is free.
     pub fn take() -> Option<Self> {
-        let most = std::thread::available_parallelism().map_or(1, |c| c.get()).saturating_sub(1).max(1);
-        let spin = |n: usize| (n < most).then_some(n + 1);
-        LONG_SPINNING.fetch_update(Ordering::Acquire, Ordering::Relaxed, spin).ok().map(|_| Self(Some(&LONG_SPINNING)))
+        let free = LONG_SPINNING.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok();
+        free.then_some(Self(Some(&LONG_SPINNING)))
     }
 
     /// A place counted nowhere (a test clock's: its threads spin in virtual time).
@@ -62,8 +62,8 @@ impl LongSpin {
 
 impl Drop for LongSpin {
     fn drop(&mut self) {
-        if let Some(n) = self.0 {
-            n.fetch_sub(1, Ordering::Release);
+        if let Some(spinning) = self.0 {
+            spinning.store(false, Ordering::Release);
         }
     }
 }
@@ -133,7 +133,7 @@ pub trait Clock: Sync {
         }
         self.spin_until(t)
     }
-    /// A place to spin LONG_SPIN_NS towards a deadline, if one is free (`LongSpin`).
+    /// The place to spin LONG_SPIN_NS towards a deadline, if it is free (`LongSpin`).
     fn long_spin(&self) -> Option<LongSpin> {
         LongSpin::take()
     }

@@ -493,9 +493,9 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
     }
 
     /// A leader's wait for deadline `t`: sleep until LONG_SPIN_NS before it and spin the rest,
-    /// so that its CPU does not idle while its row is near (`LONG_SPIN_NS`); or, with no
-    /// `LongSpin` place free (replays side by side), sleep until SPIN_NS before it. The time
-    /// last read (>= t), or None on a stop.
+    /// so that its CPU does not idle while its row is near (`LONG_SPIN_NS`); or, with the
+    /// process's `LongSpin` place taken (by another leader, or a replay side by side), sleep
+    /// until SPIN_NS before it. The time last read (>= t), or None on a stop.
     fn lead_until(&self, t: i64) -> Option<i64> {
         loop {
             if self.stop.load(Ordering::Relaxed) {
@@ -676,7 +676,7 @@ mod tests {
         slept: Mutex<Vec<(ThreadId, i64)>>,
         /// The time on this clock as each pool thread started.
         started: Mutex<Vec<i64>>,
-        /// No `LongSpin` place is ever free (other replays hold them all).
+        /// The `LongSpin` place is never free (another replay holds it).
         no_long_spin: bool,
     }
 
@@ -992,7 +992,7 @@ mod tests {
         // Rows 300 us apart, then a 50 ms gap: the leader spins through the short gaps (a sleep
         // lets its CPU idle, and the idle CPU's wake-up is late now and then by up to
         // milliseconds on a VM) and sleeps through the long one until LONG_SPIN_NS before its
-        // row. With no LongSpin place free, it sleeps until SPIN_NS before each row instead.
+        // row. With the LongSpin place taken, it sleeps until SPIN_NS before each row instead.
         let mut ts: Vec<i64> = (0..20).map(|i| i * 300_000).collect();
         ts.push(ts[19] + 50_000_000);
         for no_long_spin in [false, true] {
