@@ -271,8 +271,8 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
     }
 
     /// The run's own thread while the pool's threads run: lays the next chunk out ahead
-    /// (`Feed::ready`) and sends the finished chunks' results, in order, every TEND_NS. Done
-    /// by the thread that claimed a chunk's first row or issued its last, each stood between
+    /// (`Feed::ready`) and sends the finished chunks' results, in order, every TEND. The
+    /// thread that claimed a chunk's first row or issued its last used to do these, between
     /// two rows: a 65,536-row chunk's slot and its results are 2 MB of fresh memory each, and
     /// their page faults held the leader 0.2-3.7 ms at every chunk boundary (at 100k IOPS on
     /// zram, 673 of the 1,222 I/Os over 100 us late in 3 s, traced).
@@ -370,8 +370,8 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
     }
 
     /// Open loop on a thread per CPU. A thread leads (one of at most `spinners`) or follows.
-    /// A leader claims the next row, sleeps towards its deadline and spins the last SPIN_NS,
-    /// makes the system call and claims the next row, as the floor's one thread does: the
+    /// A leader claims the next row, sleeps towards its deadline and spins the last
+    /// LONG_SPIN_NS (`lead_until`), makes the system call and claims the next row, as the floor's one thread does: the
     /// rows go to threads that spin, on a CPU they hold. It stays the leader through its I/O,
     /// so the follower leads only while a leader is held (`follow`), and steps down after that
     /// I/O if the follower stood in for it meanwhile. A leader that stepped down for each
