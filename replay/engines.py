@@ -5,7 +5,7 @@ check that their buffers fit in memory, and their common start.
 import errno
 import time
 
-from replay import _engine
+import native
 from replay.options import RunOptions, Timing
 from traces.errors import EngineSetupError, ReplayError
 from traces.targets import Target, unclaimed
@@ -42,7 +42,7 @@ def start_engines(target: Target, options: RunOptions, writable: bool, max_lengt
     reps = []
     while len(reps) < options.workers:
         try:
-            reps.append(_engine.Replayer(
+            reps.append(native.Replayer(
                 None if engine == "null" else target.path,
                 engine=engine, timing=Timing(options.timing).value, speed=options.speed, depth=depth,
                 # Only the first worker opens a block device O_EXCL (the kernel refuses a

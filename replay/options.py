@@ -7,15 +7,16 @@ from dataclasses import dataclass
 from enum import Enum
 
 from analysis import causal
-from replay import _engine, remap
+import native
+from replay import remap
 from traces.errors import ReplayError
 
 # The choices of engine and timing are the engine's own lists (engine/src/python.rs).
-ENGINES = _engine.ENGINES
+ENGINES = native.ENGINES
 Engine = Enum("Engine", {name: name for name in ENGINES}, type=str)
 # original: each I/O at its captured time over the speed; afap: as fast as possible with
 # --qd in flight; causal: when the I/Os it waited for in the capture have completed.
-Timing = Enum("Timing", {name: name for name in _engine.TIMINGS}, type=str)
+Timing = Enum("Timing", {name: name for name in native.TIMINGS}, type=str)
 
 
 @dataclass
@@ -69,8 +70,8 @@ def check_options(options: RunOptions) -> None:
     o = options
     if o.engine not in (None, *ENGINES):
         raise ReplayError(f"unknown engine {o.engine!r}: use one of {', '.join(ENGINES)}")
-    if o.timing not in _engine.TIMINGS:
-        raise ReplayError(f"unknown timing {o.timing!r}: use one of {', '.join(_engine.TIMINGS)}")
+    if o.timing not in native.TIMINGS:
+        raise ReplayError(f"unknown timing {o.timing!r}: use one of {', '.join(native.TIMINGS)}")
     if not (isinstance(o.speed, (int, float)) and math.isfinite(o.speed) and o.speed > 0):
         raise ReplayError(f"--speed must be a finite number above 0 (2 replays twice as fast), not {o.speed}")
     for flag, value, top, why in (

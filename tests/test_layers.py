@@ -1,4 +1,4 @@
-"""The floors of the house: every import in the four packages (those inside functions too)
+"""The floors of the house: every import in the five packages (those inside functions too)
 looks down or sideways, never up; no two packages import each other, even through a third;
 no package imports another package's private (underscore) names.
 """
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ("traces", "synth", "analysis", "replay")
+PACKAGES = ("native", "traces", "synth", "analysis", "replay")
 
 # Bottom to top. A module belongs to the longest prefix that names it, and that prefix is its
 # package here; it may import its own package and any package on a lower floor, and a package
 # on its own floor only where the two do not import each other.
 FLOORS = (
-    ("traces", "traces.errors", "traces.schema", "traces.trace", "traces.library", "traces.targets",
+    ("native", "traces", "traces.errors", "traces.schema", "traces.trace", "traces.library", "traces.targets",
      "traces.reading"),
     ("traces.formats", "traces.convert", "traces.capture"),
     ("analysis", "synth"),
@@ -37,7 +37,7 @@ REPO = _repo()
 
 @cache
 def modules() -> dict[str, Path]:
-    """Every module of the four packages by dotted name (the Rust extension by its stub)."""
+    """Every module of the five packages by dotted name (the Rust extension by its stub)."""
     found = {}
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py*")):
@@ -64,7 +64,7 @@ def package_of(module: str) -> str:
 @cache
 def imports() -> list[tuple[str, str, str | None, int]]:
     """(importing module, imported module, imported name or None, line) for every import of
-    one of the four packages, wherever it stands in the file."""
+    one of the five packages, wherever it stands in the file."""
     found = []
     for name, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

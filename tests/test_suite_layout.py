@@ -10,7 +10,7 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 
 
-@pytest.mark.parametrize("package", ["replay", "traces", "synth", "analysis", "bench"])
+@pytest.mark.parametrize("package", ["native", "replay", "traces", "synth", "analysis", "bench"])
 def test_the_projects_packages_are_the_projects_not_the_tests_folders(package):
     module = importlib.import_module(package)
     where = [Path(p).resolve() for p in module.__path__]

@@ -37,5 +37,5 @@ class EngineUnavailable(ReplayError, OSError):
 
 
 class EngineSetupError(EngineUnavailable):
-    """Raised by the Rust engine (replay._engine) when the engine itself cannot start (the
+    """Raised by the Rust engine (native._engine) when the engine itself cannot start (the
     target opened fine), with errno set: e.g. EPERM where a seccomp profile refuses io_uring."""

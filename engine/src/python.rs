@@ -1,4 +1,4 @@
-//! The Python module `replay._engine`: a `Replayer` that owns an engine thread. Python pushes
+//! The Python module `native._engine`: a `Replayer` that owns an engine thread. Python pushes
 //! trace chunks in and takes result chunks out; the GIL is released whenever Rust waits, and
 //! Ctrl-C is checked between waits.
 
@@ -48,10 +48,10 @@ fn setup_error(context: &str, e: io::Error) -> PyErr {
 type RunOutcome = io::Result<Summary>;
 
 /// The engines a Replayer runs, by name: Python's list of choices (the CLI's --engine, the
-/// runner's checks) is this one, exported as `replay._engine.ENGINES`.
+/// runner's checks) is this one, exported as `native._engine.ENGINES`.
 pub const ENGINES: [&str; 3] = ["io_uring", "psync", "null"];
 
-/// The timing modes (`run::Mode`) by name, exported as `replay._engine.TIMINGS`: the one list
+/// The timing modes (`run::Mode`) by name, exported as `native._engine.TIMINGS`: the one list
 /// the CLI's --timing and the runner's options derive from.
 pub const TIMINGS: [&str; 3] = ["original", "afap", "causal"];
 
@@ -73,7 +73,7 @@ fn mode_of(timing: &str, speed: f64, think_scale: f64) -> PyResult<Mode> {
 
 /// One replay run on one target. Build it, `push` chunks, `take` results, then `close` and
 /// `join`; `stop` asks it to finish early (in-flight I/Os are reaped, nothing more issued).
-#[pyclass(module = "replay._engine")]
+#[pyclass(module = "native._engine")]
 pub struct Replayer {
     input: Option<SyncSender<Chunk>>,
     output: Mutex<Receiver<ChunkResult>>,
@@ -103,7 +103,7 @@ fn open_target(path: &str, writable: bool, direct: bool, is_block: bool) -> io::
 }
 
 /// How far a run has got, shared with its engine thread.
-#[pyclass(module = "replay._engine", frozen)]
+#[pyclass(module = "native._engine", frozen)]
 pub struct Progress {
     completed: Arc<AtomicU64>,
 }

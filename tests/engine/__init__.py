@@ -1,1 +1,1 @@
-"""Tests of the Rust engine through its Python boundary (replay._engine)."""
+"""Tests of the Rust engine through its Python boundary (native._engine)."""

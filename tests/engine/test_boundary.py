@@ -1,4 +1,4 @@
-"""The engine boundary (`replay._engine.Replayer`) on every engine: rows it cannot run are
+"""The engine boundary (`native._engine.Replayer`) on every engine: rows it cannot run are
 refused with a ValueError before anything is queued, never undefined behaviour; discards keep
 their 64-bit length; buffers are sized from data I/Os only; engine threads leave signals to
 Python; issue times are taken when an I/O enters the kernel; a read-only replay runs on a
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay import _engine
+from native import _engine
 from replay.runner import RunOptions, replay
 from tests.replay.test_run_end_to_end import _ext4, marks, needs, on_loop, uring
 from traces.schema import MAX_IO_BYTES, Op
@@ -100,7 +100,7 @@ def test_max_length_is_bounded_by_what_one_read_can_transfer():
 
 def test_a_huge_queue_chunks_is_a_value_error_in_a_fresh_process():
     # 2**62 chunks once aborted the process: the channel allocated its capacity up front.
-    code = ("from replay import _engine\ntry:\n    _engine.Replayer(None, engine='null', queue_chunks=2**62)\n"
+    code = ("from native import _engine\ntry:\n    _engine.Replayer(None, engine='null', queue_chunks=2**62)\n"
             "except ValueError as e:\n    print(e)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-2000:]}"
@@ -109,7 +109,7 @@ def test_a_huge_queue_chunks_is_a_value_error_in_a_fresh_process():
 
 ABORTS = """
 import numpy as np
-from replay import _engine
+from native import _engine
 # Each of these used to reach memory outside the engine's buffers on psync: the process
 # aborted with heap corruption (exit 134) or wrote process memory to the file.
 for op, offset, length in [(0, 0, 1 << 20), (0, 0, -1), (1, 0, 64 << 20), (7, 0, 1 << 20)]:
@@ -139,7 +139,7 @@ def test_the_aborts_found_on_psync_are_refused_in_a_fresh_process(target):
 # The target opens as the lowest free descriptor, the limit leaves none for the ring.
 RING_FD_REFUSED = """
 import errno, os, resource
-from replay import _engine
+from native import _engine
 from traces.errors import EngineSetupError, ReplayError
 free = os.open("/dev/null", os.O_RDONLY)
 os.close(free)

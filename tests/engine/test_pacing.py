@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from replay import _engine
+from native import _engine
 from replay.runner import RunOptions, replay
 from traces.schema import Op
 from traces.trace import read_trace, write_trace

@@ -16,7 +16,7 @@ from traces.trace import open_trace
 def _replay_model(cols, service_ns, step=1 << 16, think_scale=1.0):
     """Annotate `cols` and replay them in causal mode on the null engine with a fixed service
     time, as the runner does; returns the annotation and the results columns."""
-    from replay import _engine
+    from native import _engine
 
     ann = causal.Annotator("chains")
     rep = _engine.Replayer(None, engine="null", timing="causal", think_scale=think_scale, service_ns=service_ns,
@@ -89,7 +89,7 @@ def _results(rep):
 def test_a_think_time_no_replay_can_wait_is_refused_naming_its_row(think, scale):
     # Its due time would pass i64's limit or be more than a year out: it once wrapped to a
     # time far in the past and went at once. The chunk is refused whole; the run goes on.
-    from replay import _engine
+    from native import _engine
 
     rep = _engine.Replayer(None, engine="null", timing="causal", think_scale=scale, service_ns=1000, max_length=4096)
     with pytest.raises(ValueError, match=r"^push: row 1: a think time of \d+ ns .* is more than a year"):
@@ -104,7 +104,7 @@ def test_a_think_time_no_replay_can_wait_is_refused_naming_its_row(think, scale)
 def test_a_think_time_of_a_year_is_waited_for_and_a_zero_scale_takes_it_off():
     import time
 
-    from replay import _engine
+    from native import _engine
 
     # A year is the most a row may think: it is due a year after its parent, so it is not
     # issued before the run is stopped (a wrapped due time would send it at once).

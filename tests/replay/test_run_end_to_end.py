@@ -32,7 +32,7 @@ R, W, D, F = Op.READ, Op.WRITE, Op.DISCARD, Op.FLUSH
 
 def _io_uring_refusal() -> str | None:
     """Why io_uring cannot run here (a seccomp profile, an old kernel), or None."""
-    from replay import _engine
+    from native import _engine
 
     with tempfile.NamedTemporaryFile() as f:
         f.truncate(4096)
@@ -669,7 +669,7 @@ def test_a_run_whose_ios_fail_exits_3_naming_them_and_counts_no_iops(tmp_path, t
 def test_the_engine_counts_completed_rows_between_chunks():
     # Progress used to move only when the engine handed back a whole chunk (65,536 rows:
     # seconds of I/O on a slow drive, or the whole of a short --afap run).
-    from replay import _engine
+    from native import _engine
 
     n = 20_000
     rep = _engine.Replayer(None, engine="null", timing="afap", depth=1, service_ns=100_000)

@@ -1,4 +1,4 @@
-"""Type stubs for `replay._engine`, the Rust engine (engine/src/python.rs).
+"""Type stubs for `native._engine`, the Rust extension (engine/src/python.rs).
 
 A `Replayer` owns one engine thread that replays one target. Build every worker's Replayer,
 optionally give them one start instant (`start_at`), `push` trace chunks, `take` result
