@@ -1,4 +1,4 @@
-"""Type stubs for `native._engine`, the Rust extension (engine/src/python.rs).
+"""Type stubs for `native._engine`, the Rust extension (engine/src/python.rs, python_text.rs).
 
 A `Replayer` owns one engine thread that replays one target. Build every worker's Replayer,
 optionally give them one start instant (`start_at`), `push` trace chunks, `take` result
@@ -127,3 +127,12 @@ class Replayer:
     def join(self) -> Summary:
         """Wait for the engine thread (without the GIL) and return its summary, or raise the
         OSError that ended it. Call after `close` or `stop`, once."""
+
+def read_lines(
+    block: bytes | bytearray | memoryview, kinds: list[str | None]
+) -> tuple[list[npt.NDArray[np.int64] | npt.NDArray[np.float64]], int] | None:
+    """The comma-separated lines of `block` (whole lines), one field each in `kinds`: "int64"
+    (an optional minus and 1-18 digits), "float64" (1-15 digits, then optionally a point and
+    1-3 digits) or None (a field not kept). Returns the kept fields' columns in field order and
+    the LFs read, or None for a block with any other line, for pyarrow to read instead. The
+    GIL is released; a block of 1 MiB or more is read in two halves at once."""

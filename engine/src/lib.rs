@@ -9,7 +9,10 @@ pub mod null;
 pub mod pool;
 pub mod psync;
 pub mod run;
+pub mod text;
 pub mod uring;
 
 #[cfg(feature = "python")]
 mod python;
+#[cfg(feature = "python")]
+mod python_text;

@@ -402,5 +402,5 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Progress>()?;
     m.add("ENGINES", PyTuple::new(m.py(), ENGINES)?)?;
     m.add("TIMINGS", PyTuple::new(m.py(), TIMINGS)?)?;
-    Ok(())
+    crate::python_text::register(m)
 }

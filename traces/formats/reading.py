@@ -2,7 +2,6 @@
 progress, lines and blocks of delimited text parsed with pyarrow, and errors located to a line
 by a slow rescan, only on the error path.
 """
-import concurrent.futures
 import gzip
 import io
 import lzma
@@ -346,70 +345,23 @@ def fast_lines(names, types, include):
     lines of len(names) unquoted fields, whose kept columns (`include`) are all int64 or
     float64 (and at least one). It returns (the batch, the LFs read), or None for a block
     that is not that simple, which pyarrow then reads."""
-    if any(types[n] not in (pa.int64(), pa.float64()) for n in include):
+    kind = {pa.int64(): "int64", pa.float64(): "float64"}
+    if not include or any(types[n] not in kind for n in include):
         return None
-    from traces.formats import text_kernels as kernels  # Numba loads with the first read
+    from native import read_lines  # the compiled extension, loaded with the first fast read
 
-    kinds = np.zeros(len(names), np.int64)
-    slots = np.zeros(len(names), np.int64)
-    counts = {pa.int64(): 0, pa.float64(): 0}
-    for name in include:
-        i, kind = names.index(name), types[name]
-        kinds[i] = kernels.INTEGER if kind == pa.int64() else kernels.DECIMAL
-        slots[i], counts[kind] = counts[kind], counts[kind] + 1
-
-    def parse(buf):
-        # Room for the most rows the buffer can hold (a line has a comma between fields, an
-        # LF and a digit or more): untouched, the pages of the rest are never allocated.
-        rows = len(buf) // len(names) + 1
-        ints = np.empty((counts[pa.int64()], rows), np.int64)
-        floats = np.empty((counts[pa.float64()], rows), np.float64)
-        got, newlines = kernels.parse_lines(buf, kinds, slots, ints, floats)
-        if got < 0:
-            return None
-        return [(ints if types[n] == pa.int64() else floats)[slots[names.index(n)], :got] for n in include], newlines
+    kinds = [kind[types[n]] if n in include else None for n in names]
+    kept = [n for n in names if n in include]  # read_lines gives the kept columns in field order
 
     def read(block):
         """`block`: bytes or a memoryview of whole lines."""
-        buf = np.frombuffer(block, np.uint8)
-        # Two halves of a large block are parsed at once, the second on a thread of its own
-        # (the kernel holds no GIL): parsing is most of a NetApp import's CPU time.
-        middle = _line_after(block, len(block) // 2) if len(block) >= 1 << 20 else 0
-        if 0 < middle < len(block):
-            second = _parser_thread().submit(parse, buf[middle:])
-            first = parse(buf[:middle])
-            second = second.result()
-            if first is None or second is None:
-                return None
-            columns = [np.concatenate(pair) for pair in zip(first[0], second[0])]
-            newlines = first[1] + second[1]
-        elif (got := parse(buf)) is not None:
-            columns, newlines = got
-        else:
+        if (got := read_lines(block, kinds)) is None:
             return None
-        return pa.record_batch([pa.array(c) for c in columns], names=list(include)), newlines
+        columns, newlines = got
+        by_name = dict(zip(kept, columns))
+        return pa.record_batch([pa.array(by_name[n]) for n in include], names=list(include)), newlines
 
     return read
-
-
-def _line_after(block, at) -> int:
-    """Where the first line after byte `at` of `block` (bytes or a memoryview) starts, or 0."""
-    while at < len(block):
-        if (i := bytes(block[at:at + 4096]).find(b"\n")) >= 0:
-            return at + i + 1
-        at += 4096
-    return 0
-
-
-_PARSER = None
-
-
-def _parser_thread() -> concurrent.futures.ThreadPoolExecutor:
-    """The one thread that parses second halves of blocks (fast_lines), made when first needed."""
-    global _PARSER
-    if _PARSER is None:
-        _PARSER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="text-parse")
-    return _PARSER
 
 
 def locate_line(path, exc, check_line, skip_rows=0):

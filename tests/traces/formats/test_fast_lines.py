@@ -1,6 +1,7 @@
-"""The fast reader of plain delimited lines (traces.formats.text_kernels via reading.fast_lines)
-against pyarrow's read_csv, which it stands in for: on any block it reads, the batch is the
-one read_csv makes, value for value and bit for bit; on the rest it gives up (None)."""
+"""The fast reader of plain delimited lines (native.read_lines, engine/src/text.rs, via
+reading.fast_lines) against pyarrow's read_csv, which it stands in for: on any block it reads,
+the batch is the one read_csv makes, value for value and bit for bit; on the rest it gives up
+(None)."""
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -57,12 +58,18 @@ FIELD = st.one_of(
 )
 
 
+# A line each layout reads: lines of it before and after the generated ones put those at
+# every place in a block (the reader takes a line 16 bytes or more into the block, with 128
+# bytes after its start, all at once; the others byte by byte).
+PLAIN = {len(NAMES): "1.5,2,x,3", len(WIDE[0]): "a,1.5,b,c,d,7,e,f"}
+
+
 def blocks(width):
-    """Blocks of lines of `width` fields, give or take one."""
+    """Blocks of lines of `width` fields, give or take one, among plain ones."""
     line = st.lists(FIELD, min_size=width - 1, max_size=width + 1).map(",".join)
-    return st.tuples(st.lists(line, min_size=1, max_size=8),
-                     st.sampled_from(["\n", "\r\n", "\n\n"]), st.booleans()).map(
-        lambda t: (t[1].join(t[0]) + (t[1] if t[2] else "")).encode())
+    return st.tuples(st.lists(line, min_size=1, max_size=8), st.sampled_from(["\n", "\r\n", "\n\n"]),
+                     st.booleans(), st.integers(0, 3), st.sampled_from([0, 16])).map(
+        lambda t: (t[1].join([PLAIN[width]] * t[3] + t[0] + [PLAIN[width]] * t[4]) + (t[1] if t[2] else "")).encode())
 
 
 @settings(max_examples=600, deadline=None)
@@ -111,7 +118,7 @@ def test_a_line_that_ends_inside_a_run_of_skipped_fields_falls_back():
         assert read(block) is None, block
 
 
-def test_what_the_kernel_does_not_read_falls_back():
+def test_what_the_reader_does_not_read_falls_back():
     read = fast_lines(NAMES, TYPES, INCLUDE)
     assert read(b"1.5,2,x,3\n") is not None
     for block in (b"1.5,2,x\n", b"1.5,2,x,3,4\n", b"1.5,2,x,nan\n", b"1.5, 2,x,3\n", b"1.5,2,x,3\r4\n",
@@ -136,6 +143,6 @@ def test_a_large_block_read_in_two_halves_is_the_batch_pyarrow_reads():
     read = fast_lines(NAMES, TYPES, INCLUDE)
     got = read(block)
     assert got is not None and same(got[0], pyarrow_batch(block)) and got[1] == n
-    # A line the kernel does not read, in the second half: the whole block falls back.
+    # A line the reader does not read, in the second half: the whole block falls back.
     lines[-10] = lines[-10].replace("RD,", "RD,nan,")
     assert read(("\n".join(lines) + "\n").encode()) is None
