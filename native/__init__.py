@@ -3,6 +3,13 @@
 runs) and the fast reader of plain delimited text (read_lines). It is the bottom floor, below
 traces and replay, so that both may use it; it imports neither.
 """
-from native._engine import ENGINES, TIMINGS, Progress, Replayer, read_lines
+try:
+    from native._engine import ENGINES, TIMINGS, Progress, Replayer, read_lines
+except ModuleNotFoundError as e:
+    if e.name != "native._engine":
+        raise
+    raise ImportError("tracereplay's native extension is not built: run `pip install -e .` in the "
+                      "checkout, or `cargo build --release` in engine/ and copy "
+                      "target/release/lib_engine.so to native/_engine.abi3.so") from None
 
 __all__ = ["ENGINES", "TIMINGS", "Progress", "Replayer", "read_lines"]
