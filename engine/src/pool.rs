@@ -1027,14 +1027,13 @@ mod tests {
         }
     }
 
-    /// Issues nothing; records the CPUs each issuing thread may run on, by thread index, those
-    /// of the run's own thread (`tid`), and which thread issued each row; holds the first
-    /// thread's row 10 5 ms (real time) so that the follower leads as well.
+    /// Issues nothing; records the CPUs each issuing thread may run on, by thread index, and
+    /// those of the run's own thread (`tid`); holds the thread that issues row 10 for 5 ms
+    /// (real time) so that the follower leads as well.
     struct Affinity {
         tid: libc::pid_t,
         threads: Mutex<HashMap<usize, Vec<usize>>>,
         run: Mutex<Vec<Vec<usize>>>,
-        by: Mutex<HashMap<u64, usize>>,
     }
 
     /// The CPUs thread `tid` may run on.
@@ -1051,7 +1050,6 @@ mod tests {
         fn issue(&self, io: &Io, at: i64, thread: usize) -> Completion {
             self.threads.lock().unwrap().entry(thread).or_insert_with(allowed_cpus);
             self.run.lock().unwrap().push(cpus_of(self.tid));
-            self.by.lock().unwrap().insert(io.token, thread);
             if io.token == 10 {
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -1064,14 +1062,13 @@ mod tests {
         // A row every 50 us for 50 ms; row 10 holds its thread 5 ms, so both threads issue.
         let ts: Vec<i64> = (0..1000).map(|i| i * 50_000).collect();
         // SAFETY: gettid has no preconditions.
-        let rec = Affinity { tid: unsafe { libc::gettid() }, threads: Mutex::default(), run: Mutex::default(), by: Mutex::default() };
+        let rec = Affinity { tid: unsafe { libc::gettid() }, threads: Mutex::default(), run: Mutex::default() };
         let before = allowed_cpus();
         let (_, summary) = replay_sized(&rec, &Monotonic, PoolSize { threads: 2, spinners: 1 }, Mode::Original { speed: 1.0 }, &ts, 500, START_UNSET);
         assert_eq!(summary.rows_issued, 1000);
         assert_eq!(allowed_cpus(), before, "the run's own thread did not get its CPUs back");
         let seen = rec.threads.lock().unwrap();
         assert_eq!(seen.len(), 2, "both threads issue");
-        assert_eq!(rec.by.lock().unwrap()[&0], 0, "thread 0 leads first");
         if before.len() >= 2 {
             assert!(seen.values().all(|c| c.len() == 1), "a thread may run on more than one CPU: {seen:?}");
             assert_ne!(seen[&0], seen[&1], "both threads on one CPU");
