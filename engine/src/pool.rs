@@ -192,12 +192,17 @@ fn cpus_in_turn(threads: usize) -> Vec<usize> {
     (0..threads.min(cpus.len())).map(|k| cpus[(first + k) % cpus.len()]).collect()
 }
 
-/// The CPUs this process may run on.
+/// The CPUs the calling thread may run on.
 fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed; pid 0 is this thread.
+    cpus_of(0)
+}
+
+/// The CPUs thread `tid` may run on (0: the calling thread); none if it cannot be asked.
+fn cpus_of(tid: libc::pid_t) -> Vec<usize> {
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+        if libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return Vec::new();
         }
         (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
@@ -1034,16 +1039,6 @@ mod tests {
         tid: libc::pid_t,
         threads: Mutex<HashMap<usize, Vec<usize>>>,
         run: Mutex<Vec<Vec<usize>>>,
-    }
-
-    /// The CPUs thread `tid` may run on.
-    fn cpus_of(tid: libc::pid_t) -> Vec<usize> {
-        // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            assert_eq!(libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
-            (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
-        }
     }
 
     impl Issuer for Affinity {
