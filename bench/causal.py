@@ -126,6 +126,18 @@ def cpu_s(outcome: dict) -> str:
     return f"{outcome['cpu_user_s'] + outcome['cpu_system_s']:.2f} s"
 
 
+def other_work(outcome: dict) -> str:
+    """How busy the machine was while the workload ran, as its recipe's timer recorded it:
+    the CPU time of niced processes (other people's builds and tests on a shared machine) and
+    the share of the run during which some runnable process waited for a CPU; "-" before the
+    timer recorded them. A run beside other work is slower for its CPU, not for its drive."""
+    if outcome.get("niced_cpu_s") is None:
+        return "-"
+    pressure = outcome.get("cpu_pressure")
+    return (f"{outcome['niced_cpu_s']:.2f} CPU-s niced" +
+            ("" if pressure is None else f", CPU pressure {100 * pressure:.0f} %"))
+
+
 def without_sleeps(trace: Path, into: Path) -> Path:
     """A copy of `trace` in `into` whose metadata has no recorded sleeps."""
     from traces.trace import read_trace, write_trace
@@ -252,7 +264,7 @@ def main(argv=None):
                     f = facts[w, name, r]
                     print(f"  {w} on {name} #{r}: {f['elapsed_s']:.2f} s, {f['rows']} I/Os over "
                           f"{f['io_span_s']:.2f} s, {f['sleeps']} sleeps ({f['slept_s']:.2f} s), "
-                          f"CPU {cpu_s(f['outcome'])}", flush=True)
+                          f"CPU {cpu_s(f['outcome'])}; other work: {other_work(f['outcome'])}", flush=True)
         if a.capture_only:
             return
         for w in workloads:

@@ -5,6 +5,7 @@ processes), a failing or interrupted recipe still tears down, and a device in us
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -289,3 +290,24 @@ def test_blob_load_reports_thousands_of_operations_per_client(tmp_path):
                    check=True, env=env, timeout=120, capture_output=True)
     figures = json.loads(outcome.read_text())
     assert figures["operations"] == sum(figures["by_op"].values()) == 8000
+
+
+# -- the timer ----------------------------------------------------------------------------
+
+def test_the_timer_records_other_work_niced_beside_the_command(tmp_path):
+    """A niced busy process beside the workload shows as niced CPU time in its outcome (on a
+    shared machine, other people's builds and tests), and the CPU pressure is a share."""
+    from traces.capture.recipes import timed
+
+    busy = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c",
+                             "import time\nend = time.monotonic() + 3\nwhile time.monotonic() < end: pass"])
+    try:
+        outcome = tmp_path / "outcome.json"
+        assert timed.main([str(outcome), "--", sys.executable, "-c", "import time; time.sleep(1)"]) == 0
+    finally:
+        busy.kill()
+        busy.wait()
+    recorded = timed.outcome(timed.read(outcome))
+    # One CPU-bound process for the whole second: most of a CPU-second, nowhere near two.
+    assert 0.3 <= recorded["niced_cpu_s"] <= recorded["elapsed_s"] * os.cpu_count()
+    assert recorded["cpu_pressure"] is None or 0 <= recorded["cpu_pressure"] <= 1
