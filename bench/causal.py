@@ -126,6 +126,17 @@ def cpu_s(outcome: dict) -> str:
     return f"{outcome['cpu_user_s'] + outcome['cpu_system_s']:.2f} s"
 
 
+# A real run beside more other work than this (niced CPU time, as a share of the machine's CPU
+# time over the run) is named under the table: it measured the machine more than the drive.
+SHARED = 0.05
+
+
+def shared(outcome: dict, cpus: int) -> bool:
+    """Whether a real run shared the machine with other work (see SHARED)."""
+    niced = outcome.get("niced_cpu_s")
+    return niced is not None and niced > SHARED * outcome["elapsed_s"] * cpus
+
+
 def other_work(outcome: dict) -> str:
     """How busy the machine was while the workload ran, as its recipe's timer recorded it:
     the CPU time of niced processes (other people's builds and tests on a shared machine) and
@@ -320,6 +331,11 @@ def main(argv=None):
               f"({c['captured_device_s']:6.3f})  {c['flushes']:>5,} flushes {c['flush_device_s']:6.3f} "
               f"({c['captured_flush_device_s']:6.3f})  late {c['late_s']:6.3f}")
     cross = [r for r in table if r["captured"] != r["replayed"]]
+    busy = [f"{w} on {name} #{r} ({other_work(f['outcome'])})" for (w, name, r), f in facts.items()
+            if shared(f["outcome"], os.cpu_count() or 1)]
+    if busy:
+        print(f"\nreal runs beside other work (niced CPU over {100 * SHARED:.0f} % of the machine's; "
+              "their times are the machine's as much as the drive's): " + "; ".join(busy))
     print()
     for mode in dict.fromkeys(r["mode"] for r in cross):
         errs = [abs(r["error"]) for r in cross if r["mode"] == mode]

@@ -101,3 +101,13 @@ def test_causal_bench_refuses_an_unknown_workload():
     done = subprocess.run([sys.executable, bench, "--workloads", "blob,nosuch"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and "no fixed work for nosuch" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_causal_bench_names_real_runs_taken_beside_other_work():
+    from bench.causal import other_work, shared
+
+    quiet = {"elapsed_s": 2.0, "niced_cpu_s": 0.05, "cpu_pressure": 0.4}
+    busy = {"elapsed_s": 2.0, "niced_cpu_s": 1.5, "cpu_pressure": 0.9}
+    assert not shared(quiet, 2) and shared(busy, 2)
+    assert not shared({"elapsed_s": 2.0}, 2)  # a capture from before the timer recorded it
+    assert other_work(busy) == "1.50 CPU-s niced, CPU pressure 90 %" and other_work({"elapsed_s": 1}) == "-"
