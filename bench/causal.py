@@ -3,7 +3,7 @@ drive, each capture replayed on the other drive with causal, original and as-fas
 timing, and the replay's predicted application time set against the application's own run.
 
     python bench/causal.py [--quick] [--json] [--repeat 2] [--workloads filecopy,blob,oltp,boot] [--dir DIR]
-                           [--without-sleeps]
+                           [--without-sleeps] [--beside N]
 
 --workloads takes any recipe (`replay capture recipe --list`), each with the fixed work of
 WORKLOADS below, or `all`.
@@ -149,6 +149,14 @@ def other_work(outcome: dict) -> str:
             ("" if pressure is None else f", CPU pressure {100 * pressure:.0f} %"))
 
 
+def other_sessions(n: int) -> list[subprocess.Popen]:
+    """`n` CPU-bound processes at nice 19, each in a session of its own: other people's builds
+    and tests on a shared machine. With the kernel's autogroup scheduling each such session
+    weighs as much as any other, whatever the nice of its processes."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True,
+                             preexec_fn=lambda: os.nice(19)) for _ in range(n)]
+
+
 def without_sleeps(trace: Path, into: Path) -> Path:
     """A copy of `trace` in `into` whose metadata has no recorded sleeps."""
     from traces.trace import read_trace, write_trace
@@ -224,6 +232,10 @@ def main(argv=None):
     p.add_argument("--without-sleeps", action="store_true",
                    help="also replay each capture causally as if its sleeps had not been recorded "
                         "(mode causal:HEURISTIC/no-sleeps): what they change")
+    p.add_argument("--beside", type=int, default=0, metavar="N",
+                   help="run the applications for real beside N CPU-bound processes at nice 19, each in a "
+                        "session of its own (other people's work on a shared machine): what it does to the "
+                        "ground truth; the replays run without them")
     p.add_argument("--size", type=int, default=2048, help="MiB per drive")
     p.add_argument("--riops", type=int, default=4000)
     p.add_argument("--wiops", type=int, default=4000)
@@ -258,24 +270,30 @@ def main(argv=None):
         print(f"70/30 QD32: fast {iops['fast']:,.0f} IOPS, slow {iops['slow']:,.0f} IOPS: "
               f"{iops['fast'] / iops['slow']:.1f}x", flush=True)
         facts = {}
-        for w in workloads:
-            knobs = WORKLOADS[w][1 if a.quick else 0]
-            for name, dev in drives.items():
-                for r in range(a.repeat):
-                    out = work / "captures" / f"{w}-{name}-{r}.parquet"
-                    out.parent.mkdir(exist_ok=True)
-                    for attempt in range(3):  # a recipe's set-up step fails now and then (umount: busy)
-                        if out.exists():
-                            break
-                        done = replay("capture", "recipe", w, dev, "-o", out, "--destroy-data", *knobs,
-                                      check=attempt == 2)
-                        if done.returncode:
-                            print(f"  failed, again: {done.stderr.strip()[-300:]}", flush=True)
-                    facts[w, name, r] = trace_facts(out)
-                    f = facts[w, name, r]
-                    print(f"  {w} on {name} #{r}: {f['elapsed_s']:.2f} s, {f['rows']} I/Os over "
-                          f"{f['io_span_s']:.2f} s, {f['sleeps']} sleeps ({f['slept_s']:.2f} s), "
-                          f"CPU {cpu_s(f['outcome'])}; other work: {other_work(f['outcome'])}", flush=True)
+        beside = other_sessions(a.beside)
+        try:
+            for w in workloads:
+                knobs = WORKLOADS[w][1 if a.quick else 0]
+                for name, dev in drives.items():
+                    for r in range(a.repeat):
+                        out = work / "captures" / f"{w}-{name}-{r}.parquet"
+                        out.parent.mkdir(exist_ok=True)
+                        for attempt in range(3):  # a recipe's set-up step fails now and then (umount: busy)
+                            if out.exists():
+                                break
+                            done = replay("capture", "recipe", w, dev, "-o", out, "--destroy-data", *knobs,
+                                          check=attempt == 2)
+                            if done.returncode:
+                                print(f"  failed, again: {done.stderr.strip()[-300:]}", flush=True)
+                        facts[w, name, r] = trace_facts(out)
+                        f = facts[w, name, r]
+                        print(f"  {w} on {name} #{r}: {f['elapsed_s']:.2f} s, {f['rows']} I/Os over "
+                              f"{f['io_span_s']:.2f} s, {f['sleeps']} sleeps ({f['slept_s']:.2f} s), "
+                              f"CPU {cpu_s(f['outcome'])}; other work: {other_work(f['outcome'])}", flush=True)
+        finally:  # never left running, whatever ends the runs
+            for hog in beside:
+                hog.kill()
+                hog.wait()
         if a.capture_only:
             return
         for w in workloads:

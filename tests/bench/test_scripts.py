@@ -111,3 +111,20 @@ def test_causal_bench_names_real_runs_taken_beside_other_work():
     assert not shared(quiet, 2) and shared(busy, 2)
     assert not shared({"elapsed_s": 2.0}, 2)  # a capture from before the timer recorded it
     assert other_work(busy) == "1.50 CPU-s niced, CPU pressure 90 %" and other_work({"elapsed_s": 1}) == "-"
+
+
+def test_causal_bench_other_work_runs_niced_in_sessions_of_its_own():
+    import os
+
+    from bench.causal import other_sessions
+
+    hogs = other_sessions(2)
+    try:
+        for hog in hogs:
+            assert os.getsid(hog.pid) == hog.pid != os.getsid(0)  # a session (an autogroup) each
+            fields = open(f"/proc/{hog.pid}/stat").read().rsplit(")", 1)[1].split()
+            assert int(fields[16]) == 19  # nice
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
