@@ -111,6 +111,12 @@ pub trait Engine: Send {
     /// check the length against the buffers, and drops the engine before the buffers.
     unsafe fn queue(&mut self, io: Io);
 
+    /// Closed loop at `depth`: how many I/Os to queue at most before each `enter` (all of
+    /// them by default).
+    fn submit_batch(&self, depth: usize) -> usize {
+        depth
+    }
+
     /// Submit what was staged, wait as asked, and report every completion seen.
     fn enter(&mut self, wait: Wait, done: &mut dyn FnMut(Completion)) -> io::Result<Entered>;
 }
