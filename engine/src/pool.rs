@@ -26,6 +26,11 @@ pub trait Issuer: Sync {
     /// `at` is the caller's last clock read, just before: the I/O's issue time; `thread` the
     /// calling pool thread's index.
     fn issue(&self, io: &Io, at: i64, thread: usize) -> Completion;
+    /// Whether the process's other threads keep off the leaders' CPUs while an open loop runs
+    /// (`KeepOff`): the real engine's; the tests' issuers leave the test process's threads be.
+    fn keeps_others_off(&self) -> bool {
+        false
+    }
 }
 
 /// pread/pwrite/fdatasync/discard on the run's target, pool thread k through `fds[k % len]`:
@@ -44,6 +49,10 @@ impl Issuer for Psync {
     #[inline]
     fn issue(&self, io: &Io, at: i64, thread: usize) -> Completion {
         perform(self.fds[thread % self.fds.len()], io, self.is_block, at)
+    }
+
+    fn keeps_others_off(&self) -> bool {
+        true
     }
 }
 
@@ -209,16 +218,122 @@ fn cpus_of(tid: libc::pid_t) -> Vec<usize> {
     }
 }
 
-/// Keep the calling thread to `cpus` (best effort: a refusal leaves it where it may run).
-fn pin_to(cpus: &[usize]) {
-    // SAFETY: `set` is a zeroed cpu_set_t with CPUs below CPU_SETSIZE added; pid 0 is the
-    // calling thread.
+/// Keep thread `tid` (0: the calling thread) to `cpus` (best effort: a refusal leaves it
+/// where it may run).
+fn set_cpus(tid: libc::pid_t, cpus: &[usize]) {
+    // SAFETY: `set` is a zeroed cpu_set_t with CPUs below CPU_SETSIZE added.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
             libc::CPU_SET(c, &mut set);
         }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Keep the calling thread to `cpus`, as one of a pool's own threads (leaders, followers and
+/// the run's own thread while it tends), which `KeepOff` leaves where they are.
+fn pin_to(cpus: &[usize]) {
+    let mut kept = lock(&KEPT_OFF);
+    set_cpus(0, cpus);
+    // SAFETY: gettid has no preconditions.
+    kept.pinned.push(unsafe { libc::gettid() });
+}
+
+/// The calling thread is no longer one of a pool's own: back to `cpus` (None: it ends).
+fn unpin_to(cpus: Option<&[usize]>) {
+    let mut kept = lock(&KEPT_OFF);
+    if let Some(cpus) = cpus {
+        set_cpus(0, cpus);
+    }
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    if let Some(i) = kept.pinned.iter().position(|&t| t == tid) {
+        kept.pinned.swap_remove(i);
+    }
+}
+
+/// The threads of this process now.
+fn threads_of_process() -> Vec<libc::pid_t> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+}
+
+/// The leaders' CPUs of the open-loop pools running now (a CPU once per leader), and what
+/// `KeepOff` took from the process's other threads.
+struct KeptOff {
+    leaders: Vec<usize>,
+    /// The CPUs each thread kept off had before (by thread id).
+    had: Vec<(libc::pid_t, Vec<usize>)>,
+    /// The CPUs taken out of the other threads' at the last `apply`.
+    taken: Vec<usize>,
+    /// The pools' own threads, each pinned by its pool (`pin_to`): left alone.
+    pinned: Vec<libc::pid_t>,
+}
+
+static KEPT_OFF: Mutex<KeptOff> = Mutex::new(KeptOff { leaders: Vec::new(), had: Vec::new(), taken: Vec::new(), pinned: Vec::new() });
+
+impl KeptOff {
+    /// Every thread of the process but the pools' own to the CPUs it had less the leaders'
+    /// (all it had where that leaves none). A thread not seen before that started while some
+    /// were taken out inherited its starter's CPUs without them: it had those too.
+    fn apply(&mut self) {
+        let live = threads_of_process();
+        self.had.retain(|(t, _)| live.contains(t));
+        for tid in live.into_iter().filter(|t| !self.pinned.contains(t)) {
+            let had = match self.had.iter().find(|(t, _)| *t == tid) {
+                Some((_, cpus)) => cpus.clone(),
+                None => {
+                    let mut cpus = cpus_of(tid);
+                    if cpus.is_empty() {
+                        continue; // ended meanwhile
+                    }
+                    let missing: Vec<usize> = self.taken.iter().copied().filter(|c| !cpus.contains(c)).collect();
+                    cpus.extend(missing);
+                    cpus.sort_unstable();
+                    self.had.push((tid, cpus.clone()));
+                    cpus
+                }
+            };
+            let off: Vec<usize> = had.iter().copied().filter(|c| !self.leaders.contains(c)).collect();
+            set_cpus(tid, if off.is_empty() { &had } else { &off });
+        }
+        self.taken = self.leaders.clone();
+        if self.leaders.is_empty() {
+            self.had.clear();
+        }
+    }
+}
+
+/// While an open-loop pool runs, the process's other threads (the caller's Python thread,
+/// which writes the results' journal, the Parquet encoder, the journal's fsync, pyarrow's and
+/// any other library's) keep off its leaders' CPUs, as nothing else of the floor's process
+/// shares its one thread's CPU: the scheduler otherwise put them now and then on a leader's
+/// CPU, next to the spinning leader, which then waited a tick for its CPU (traced at 100k
+/// IOPS on zram: the encoder ran 1.3 % of the time there, 8 rows 3.5-4.0 ms late in 0.1 s
+/// while it encoded the first row group). Threads started meanwhile inherit that from their
+/// starter. Dropped, every such thread gets back the
+/// CPUs it had (one started meanwhile, those it inherited and the leaders').
+struct KeepOff(Vec<usize>);
+
+impl KeepOff {
+    fn new(leaders: &[usize]) -> Self {
+        let mut kept = lock(&KEPT_OFF);
+        kept.leaders.extend(leaders);
+        kept.apply();
+        Self(leaders.to_vec())
+    }
+}
+
+impl Drop for KeepOff {
+    fn drop(&mut self) {
+        let mut kept = lock(&KEPT_OFF);
+        for c in &self.0 {
+            if let Some(i) = kept.leaders.iter().position(|x| x == c) {
+                kept.leaders.swap_remove(i);
+            }
+        }
+        kept.apply();
     }
 }
 
@@ -349,10 +464,12 @@ impl<C: Clock, I: Issuer> Pool<'_, C, I> {
     fn worker(&self, thread: usize) -> i64 {
         set_precise_timer_slack();
         if self.leads {
-            if let Some(&cpu) = self.cpus.get(thread) {
-                pin_to(&[cpu]);
+            let pinned = self.cpus.get(thread).map(|&cpu| pin_to(&[cpu]));
+            let cpu_ns = self.leader_or_follower(thread);
+            if pinned.is_some() {
+                unpin_to(None); // its id may be another thread's next
             }
-            return self.leader_or_follower(thread);
+            return cpu_ns;
         }
         let batch = if self.mode == Mode::Afap { AFAP_BATCH } else { 1 };
         let (mut cur, mut count, mut reported) = (None, 0u64, 0u64);
@@ -649,9 +766,11 @@ pub fn run_pool<C: Clock, I: Issuer>(
         if let Some(cpus) = off_leaders {
             pin_to(cpus);
         }
+        let keep_off = (issuer.keeps_others_off() && !pool.cpus.is_empty()).then(|| KeepOff::new(&pool.cpus[..spinners.min(pool.cpus.len())]));
         pool.tend();
+        drop(keep_off);
         if off_leaders.is_some() {
-            pin_to(&own);
+            unpin_to(Some(&own));
         }
         Ok(handles.into_iter().map(|h| h.join().expect("a psync thread panicked")).sum())
     });
@@ -1054,6 +1173,7 @@ mod tests {
 
     #[test]
     fn leaders_follower_and_the_runs_own_thread_keep_to_cpus_of_their_own() {
+        let _cpus = lock(&CPUS); // another test's KeepOff would change the run's own thread's CPUs
         // A row every 50 us for 50 ms; row 10 holds its thread 5 ms, so both threads issue.
         let ts: Vec<i64> = (0..1000).map(|i| i * 50_000).collect();
         // SAFETY: gettid has no preconditions.
@@ -1070,6 +1190,89 @@ mod tests {
             // Row 500 on, the run's own thread tends, on the follower's CPU only.
             let run = rec.run.lock().unwrap();
             assert!(run[500..].iter().all(|c| !c.contains(&seen[&0][0])), "the run's own thread may run on the leader's CPU");
+        }
+    }
+
+    /// Serialises the tests that change or look at the CPUs of the test process's threads.
+    static CPUS: Mutex<()> = Mutex::new(());
+
+    /// Issues nothing, as `Psync` keeping the process's other threads off the leaders' CPUs;
+    /// records the CPUs each issuing thread may run on, by thread index, and at row 500 those of
+    /// a thread of the test's (`other`) and of a thread it starts then.
+    struct KeepingOff {
+        other: libc::pid_t,
+        start: Mutex<Sender<()>>,
+        started: Mutex<Receiver<libc::pid_t>>,
+        threads: Mutex<HashMap<usize, Vec<usize>>>,
+        during: Mutex<Vec<(libc::pid_t, Vec<usize>)>>,
+    }
+
+    impl Issuer for KeepingOff {
+        fn issue(&self, io: &Io, at: i64, thread: usize) -> Completion {
+            self.threads.lock().unwrap().entry(thread).or_insert_with(allowed_cpus);
+            if io.token == 500 {
+                self.start.lock().unwrap().send(()).unwrap();
+                let new = self.started.lock().unwrap().recv().unwrap();
+                *self.during.lock().unwrap() = vec![(self.other, cpus_of(self.other)), (new, cpus_of(new))];
+            }
+            Completion { token: io.token, result: io.bytes(), issue_ns: Some(at), complete_ns: now_ns() }
+        }
+
+        fn keeps_others_off(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn the_processs_other_threads_keep_off_the_leaders_cpus_while_the_open_loop_runs() {
+        // A row every 50 us for 50 ms. A thread of the test's, started before, and one it
+        // starts at row 500 may not run on the leader's CPU meanwhile, and have all their CPUs
+        // back after.
+        let _cpus = lock(&CPUS);
+        let ts: Vec<i64> = (0..1000).map(|i| i * 50_000).collect();
+        let (start_tx, start_rx) = channel::<()>();
+        let (started_tx, started_rx) = channel();
+        let (end_tx, end_rx) = channel::<()>();
+        let (tid_tx, tid_rx) = channel();
+        // The test's thread: starts another on request, both wait for the end.
+        let other = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            if start_rx.recv().is_ok() {
+                let (tx, rx) = channel();
+                let child = std::thread::spawn(move || {
+                    // SAFETY: as above.
+                    tx.send(unsafe { libc::gettid() }).unwrap();
+                    let _ = end_rx.recv();
+                });
+                started_tx.send(rx.recv().unwrap()).unwrap();
+                child.join().unwrap();
+            }
+        });
+        let other_tid = tid_rx.recv().unwrap();
+        let before = cpus_of(other_tid);
+        let rec = KeepingOff {
+            other: other_tid,
+            start: Mutex::new(start_tx),
+            started: Mutex::new(started_rx),
+            threads: Mutex::default(),
+            during: Mutex::default(),
+        };
+        let (_, summary) = replay_sized(&rec, &Monotonic, PoolSize { threads: 2, spinners: 1 }, Mode::Original { speed: 1.0 }, &ts, 500, START_UNSET);
+        assert_eq!(summary.rows_issued, 1000);
+        let during = rec.during.lock().unwrap().clone();
+        let after: Vec<Vec<usize>> = during.iter().map(|(tid, _)| cpus_of(*tid)).collect();
+        drop(end_tx);
+        other.join().unwrap();
+        assert_eq!(after, vec![before.clone(), before.clone()], "the test's threads did not get their CPUs back");
+        // Thread 0 leads first; a loaded machine may keep it off its CPU for all 50 ms (the
+        // follower then issues every row), which leaves nothing to check here.
+        let leader = rec.threads.lock().unwrap().get(&0).cloned();
+        if let (true, Some(leader)) = (before.len() >= 2, leader) {
+            assert_eq!(leader.len(), 1);
+            for (tid, cpus) in &during {
+                assert!(!cpus.is_empty() && !cpus.contains(&leader[0]), "thread {tid} may run on the leader's CPU {leader:?}: {cpus:?}");
+            }
         }
     }
 
