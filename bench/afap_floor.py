@@ -7,10 +7,11 @@ fast as possible, the same I/Os for every tool, alternating runs.
   configuration of io_uring QD32, libaio QD32 and psync with 1, 2 and 4 jobs (each tried once
   on a quarter of the I/Os first).
 - io_uring rows, a loop device over /dev/shm, QD 1, 4, 32 and 128: ours with --engine io_uring;
-  the floor's minimal io_uring loop at the same depth (liburing, registered file and buffers,
-  batch submission, and with up to 4 I/Os in flight a spin of up to 30 us for a completion
-  before it sleeps for one, as our engine does: on this VM a sleeping thread's idle vCPU
-  halts, and waking it costs more than the I/O); fio io_uring at the same depth.
+  the floor's minimal io_uring loop at the same depth (liburing, registered file and buffers;
+  up to QD32 each I/O in an enter of its own, as fio submits, deeper all the free slots in
+  one; and with up to 4 I/Os in flight a spin of up to 30 us for a completion before it sleeps
+  for one, as our engine does: on this VM a sleeping thread's idle vCPU halts, and waking it
+  costs more than the I/O); fio io_uring at the same depth.
 
 How to read it. IOPS are medians over the repetitions; "vs floor" and "vs fio" are medians of
 the per-repetition ratios ours / floor and ours / fio (goals, issue 23: >= 0.95 against the
