@@ -36,13 +36,16 @@ HEURISTICS = {
     "recent": "hfplayer-like: an I/O waits for the last I/O of any process that completed at most "
               "1 ms before it was issued; none: it keeps its captured time",
     "hybrid": "chains, and also the last I/O of any process if it completed later than the "
-              "chain's parent and at most 2 ms before (10 ms for a journal, writeback, flush or "
-              "FUA I/O): waits on other processes (the journal commit an fsync waits for, "
-              "another transaction's WAL flush)",
+              "chain's parent and at most 2 ms before (10 ms after a journal, writeback, flush or "
+              "FUA I/O or before a journal I/O; any time before a writeback I/O): waits on other "
+              "processes (the journal commit an fsync waits for, another transaction's WAL flush, "
+              "the writes a commit or writeback follows)",
 }
 WINDOWS_NS = {"chains": 0, "recent": 1_000_000, "hybrid": 2_000_000}
-# hybrid: a wait on the journal, writeback or a flush (an fsync's commit) ends this long
-# before the next I/O at most; a wake-up by another process's I/O, the window above.
+# hybrid: a wait on the journal, writeback or a flush (an fsync's commit), and the journal's
+# wait for the writes it commits, end this long before the next I/O at most; a wake-up by
+# another process's I/O, the window above. Writeback waits for what any process did last
+# however long before (analysis.causal_kernel).
 DURABLE_WINDOW_NS = 10_000_000
 # Chosen by measured error (bench/causal.py: four applications run for real on a fast and a
 # slow drive, each capture replayed on the other): mean |error| hybrid 14 %, chains 64 %,

@@ -7,7 +7,7 @@ import numpy as np
 from numba import types
 from numba.typed import Dict, List
 
-from analysis.causal import BARRIER, DURABLE_WINDOW_NS, RECENT
+from analysis.causal import BARRIER, DURABLE_WINDOW_NS, JOURNAL, RECENT, WRITEBACK
 from traces.kernel_types import I32, I64, I8, U8, ro_c, rw
 
 _PENDING = types.UniTuple(types.int64, 4)  # (done_ns, row, group, is_write | durable << 1 | op << 2)
@@ -145,9 +145,13 @@ def annotate_kernel(base, ts, op, latency, group, flags, woke, kind, window_ns, 
             p2, d2, o2 = recent[wake, 1], recent[wake, 0], recent[wake, 3]
             woken[k] = 1
         elif kind == 2 and latest[0] >= 0 and latest[0] != p1 and latest[1] > d1 \
-                and t - latest[1] <= (DURABLE_WINDOW_NS if latest[4] else window_ns) \
+                and (group[k] == WRITEBACK
+                     or t - latest[1] <= (DURABLE_WINDOW_NS if latest[4] or group[k] == JOURNAL else window_ns)) \
                 and row - latest[0] <= max_back:
-            # hybrid: also the last completion of any process, just before this I/O
+            # hybrid: also the last completion of any process, just before this I/O. The
+            # kernel's threads have no time of their own: a journal commit follows the writes
+            # it commits (the durable window), and writeback, however long after, what the
+            # applications did last (dirtied pages, a sync), not its own previous write.
             p2, d2, o2 = latest[0], latest[1], latest[5]
         if p1 < 0 and p2 >= 0:
             p1, d1, o1, p2, d2, o2 = p2, d2, o2, -1, -1, -1

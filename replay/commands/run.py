@@ -62,8 +62,9 @@ def run(
              "completion of its own process; writeback and journal threads each one process) "
              "recent (the last completion of any process within 1 ms before it), or hybrid, the "
              "default (chains, and the last completion of any process when later than the chain's "
-             "and at most 2 ms before, 10 ms for a journal, writeback, flush or FUA "
-             "I/O).")] = Heuristic(causal.DEFAULT_HEURISTIC),
+             "and at most 2 ms before, 10 ms after a journal, writeback, flush or FUA I/O or "
+             "before a journal I/O, any time before a writeback I/O).")] = \
+        Heuristic(causal.DEFAULT_HEURISTIC),
     calibrate: Annotated[bool, typer.Option(
         help="With --timing causal on a block device, as root: first measure the replayer's own "
              "time per I/O there (a chain of 360 probe I/Os on its first 2 MiB, traced at the "

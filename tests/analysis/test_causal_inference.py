@@ -165,6 +165,44 @@ def test_hybrid_also_waits_for_another_process_completed_just_before():
     assert list(a["parent"]) == [0, 1, 2] and list(a["parent2"]) == [0, 0, 1] and a["think_ns"][2] == 5
 
 
+
+def installer(writeback_gap_ns):
+    """dpkg-like, in ms: the writeback worker writes (0-1), the journal thread commits (1-2);
+    the installer writes its files, each 1 ms after the last I/O completed (3-4, 5-6, 7-8);
+    the journal thread commits them 5 ms later (13-14), and the writeback worker writes again
+    `writeback_gap_ns` after that commit completed."""
+    ms = 1_000_000
+    ts = np.array([0, 1, 3, 5, 7, 13, 14], np.int64) * ms
+    ts[6] += writeback_gap_ns
+    return {"ts_ns": ts, "op": np.full(7, Op.WRITE, np.uint8), "latency_ns": np.full(7, ms, np.int64),
+            "pid": np.array([5, 9, 1, 1, 1, 9, 6], np.int32),
+            "comm": np.array(["kworker/u8:2", "jbd2/sda-8", "dpkg", "dpkg", "dpkg", "jbd2/sda-8",
+                              "kworker/u8:15"], dtype=object),
+            "flags": np.array([0, 5, 0, 0, 0, 5, 0], np.uint8)}
+
+
+@pytest.mark.parametrize("gap_ms", [0.5, 250, 10_000])
+def test_hybrid_links_the_kernels_threads_to_what_the_applications_did_last(gap_ms):
+    # The journal's commit 5 ms after the installer's last write (past the 2 ms window, inside
+    # the durable one) commits it: it waits for that write, not 11 ms after its own last I/O.
+    # Writeback, however long after, follows the last completion of any process (the pages
+    # dirtied, a sync), not its own previous write: on a faster drive the installer finishes
+    # sooner, and so does the writeback it starts (dpkg slow -> fast ran +28 % without).
+    ms = 1_000_000
+    gap = int(gap_ms * ms)
+    a = causal.annotate(installer(gap), "hybrid")
+    assert (a["parent"][5], a["parent2"][5], a["think_ns"][5]) == (4, 1, 5 * ms)
+    assert (a["parent"][6], a["parent2"][6], a["think_ns"][6]) == (6, 1, gap)
+    assert a["from_op"][6] == Op.WRITE
+    # With chains each keeps its own thread's pace.
+    chains = causal.annotate(installer(gap), "chains")
+    assert list(chains["parent2"]) == [0] * 7 and list(chains["think_ns"][5:]) == [11 * ms, 13 * ms + gap]
+    # A journal I/O past the durable window (a timer's commit) keeps it with hybrid too.
+    late = installer(gap)
+    late["ts_ns"][5:] += 6 * ms
+    b = causal.annotate(late, "hybrid")
+    assert (b["parent"][5], b["parent2"][5], b["think_ns"][5]) == (4, 0, 17 * ms)
+
 def _lock_waiter(holder_done_ns):
     """Client 10 reads (0-1 ms), then sleeps 2-12 ms polling for a lock, then writes at 13 ms;
     client 20, the lock's holder, writes from 3 ms until `holder_done_ns`; process 30 reads
