@@ -309,11 +309,11 @@ impl KeptOff {
 /// which writes the results' journal, the Parquet encoder, the journal's fsync, pyarrow's and
 /// any other library's) keep off its leaders' CPUs, as nothing else of the floor's process
 /// shares its one thread's CPU: the scheduler otherwise put them now and then on a leader's
-/// CPU, next to the spinning leader, which then waited a tick for its CPU (traced at 100k
-/// IOPS on zram: the encoder ran 1.3 % of the time there, 8 rows 3.5-4.0 ms late in 0.1 s
-/// while it encoded the first row group). Threads started meanwhile inherit that from their
-/// starter. Dropped, every such thread gets back the
-/// CPUs it had (one started meanwhile, those it inherited and the leaders').
+/// CPU, next to the spinning leader, which then waited a tick or more for its CPU (traced at
+/// 100k IOPS on zram: the Parquet encoder held it 1.7-6.7 ms at a time, rows up to 6.7 ms
+/// late). Threads started meanwhile inherit that from their starter. Dropped, every such
+/// thread gets back the CPUs it had (one started meanwhile, those it inherited and the
+/// leaders').
 struct KeepOff(Vec<usize>);
 
 impl KeepOff {
