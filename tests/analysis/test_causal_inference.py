@@ -165,7 +165,6 @@ def test_hybrid_also_waits_for_another_process_completed_just_before():
     assert list(a["parent"]) == [0, 1, 2] and list(a["parent2"]) == [0, 0, 1] and a["think_ns"][2] == 5
 
 
-
 def installer(writeback_gap_ns):
     """dpkg-like, in ms: the writeback worker writes (0-1), the journal thread commits (1-2);
     the installer writes its files, each 1 ms after the last I/O completed (3-4, 5-6, 7-8);
@@ -202,6 +201,7 @@ def test_hybrid_links_the_kernels_threads_to_what_the_applications_did_last(gap_
     late["ts_ns"][5:] += 6 * ms
     b = causal.annotate(late, "hybrid")
     assert (b["parent"][5], b["parent2"][5], b["think_ns"][5]) == (4, 0, 17 * ms)
+
 
 def _lock_waiter(holder_done_ns):
     """Client 10 reads (0-1 ms), then sleeps 2-12 ms polling for a lock, then writes at 13 ms;

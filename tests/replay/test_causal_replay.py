@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis import causal
-from tests.analysis.test_causal_inference import installer, closed_loop, model
+from tests.analysis.test_causal_inference import closed_loop, installer, model
 from tests.cli_process import replay_cli
 from traces.trace import open_trace
 
