@@ -41,10 +41,12 @@ def default_output(trace_name: str, target: Target) -> Path:
     return Path(f"{trace_name}-{Path(target.path).name.strip('()').replace(' ', '-')}-{stamp}.parquet")
 
 
-def open_results(output: Path, column_names, metadata: dict, notices, force=False) -> tuple[TraceWriter, list[str]]:
+def open_results(output: Path, column_names, metadata: dict, notices, force=False,
+                 beside=True) -> tuple[TraceWriter, list[str]]:
     """The results writer, journalling as it goes, and the trace columns it keeps: those of
     `column_names` the schema knows, followed by the result columns. With `force` it
-    replaces an existing file."""
+    replaces an existing file; `beside`: the Parquet file is encoded as the rows come (else
+    made from the journal at close, `TraceWriter`)."""
     columns = [(name, schema.OPTIONAL_COLUMNS.get(name) or pa.from_numpy_dtype(schema.TRACE_COLUMNS[name]))
                for name in column_names
                if name in schema.OPTIONAL_COLUMNS or name in schema.TRACE_COLUMNS]
@@ -53,7 +55,8 @@ def open_results(output: Path, column_names, metadata: dict, notices, force=Fals
     # lz4: half zstd's CPU time per row (0.12 vs 0.24 us), which the engine's host shares.
     try:
         writer = TraceWriter(output, columns, metadata, compression="lz4",
-                             group_rows=RESULT_GROUP_ROWS, journal_s=RESULT_FLUSH_S, force=force)
+                             group_rows=RESULT_GROUP_ROWS, journal_s=RESULT_FLUSH_S, force=force,
+                             beside=beside)
     except ReplayError:  # another run claimed `output` meanwhile
         raise
     except OSError as e:

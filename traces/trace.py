@@ -350,13 +350,14 @@ class TraceWriter:
     at its close; a stream reads up to its last complete batch (`read_journal`). The same
     rows also go, as they come, into the Parquet file, in row groups of `group_rows`: an
     unnamed file (O_TMPFILE) that only `close` gives a name, so a killed process leaves the
-    journal alone. Where the filesystem has no unnamed files, or that file fails, `close`
-    converts the journal instead. If closing fails (a full disk), the journal is kept and the
-    error names it (`JournalKept`).
+    journal alone. Where the filesystem has no unnamed files, or that file fails, or the
+    caller asks for it (`beside=False`: the CPU the encoding takes is wanted elsewhere while
+    rows come), `close` converts the journal instead. If closing fails (a full disk), the
+    journal is kept and the error names it (`JournalKept`).
     """
 
     def __init__(self, path, columns, metadata, compression="zstd", group_rows=None,
-                 journal_s=None, force=True, claimed=False):
+                 journal_s=None, force=True, claimed=False, beside=True):
         self.path = Path(path)
         # The Parquet writer keeps ~7 KB of metadata per row group in memory until close: a
         # replay's results, written 65,536 rows at a time, grew a process by 63 MB over 325M
@@ -384,7 +385,7 @@ class TraceWriter:
             if journal_s is None:
                 self._writer = self._parquet_writer(self._tmp)
             else:
-                self._open_journal()
+                self._open_journal(beside)
         except BaseException:
             self._close_quietly()
             self._tmp.unlink(missing_ok=True)
@@ -417,7 +418,7 @@ class TraceWriter:
                              if pa.types.is_integer(t)},
         )
 
-    def _open_journal(self):
+    def _open_journal(self, beside):
         # The metadata known at open travels in the stream's schema, for `read_journal`.
         journal_schema = self._schema.with_metadata(
             {schema.METADATA_KEY: json.dumps(self._metadata, sort_keys=True).encode()})
@@ -440,7 +441,8 @@ class TraceWriter:
         self._stop_sync = threading.Event()
         self._syncer = threading.Thread(target=self._sync_loop, name="journal-fsync", daemon=True)
         self._syncer.start()
-        self._open_direct()
+        if beside:
+            self._open_direct()
 
     def _open_direct(self):
         """The Parquet file written beside the journal, so that `close` need not read the

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replay.output import RESULT_FLUSH_S, recover
+from replay.runner import RunOptions, replay
 from tests.cli_process import ENV, one_line, replay_cli, replay_process, wait_for
 from tests.replay.test_durability import journal, make_trace
 from traces import schema
@@ -173,11 +174,22 @@ def test_a_journal_cut_mid_batch_recovers_up_to_its_last_whole_batch(tmp_path):
 # ---- the Parquet file written beside the journal -------------------------------------------
 
 
-def _results_writer(path, group_rows=1000):
+def _results_writer(path, group_rows=1000, beside=True):
     columns = [("ts_ns", schema.pa.int64()), ("op", schema.pa.uint8()), ("offset", schema.pa.int64()),
                ("length", schema.pa.int64()), *schema.RESULT_ARROW_FIELDS]
     return TraceWriter(path, columns, {"kind": "results", "name": "r"}, compression="lz4",
-                       group_rows=group_rows, journal_s=2.0)
+                       group_rows=group_rows, journal_s=2.0, beside=beside)
+
+
+def _unnamed_files(directory) -> int:
+    """How many files this process has open in `directory` that have no name (O_TMPFILE)."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}").startswith(f"{directory}/#")
+        except OSError:
+            pass  # the listing's own descriptor, closed since
+    return found
 
 
 def _chunks(sizes):
@@ -195,21 +207,29 @@ def test_the_results_file_written_beside_the_journal_is_the_journals_conversion(
     sizes = [700, 1, 900, 0, 1500, 333]
     direct = _results_writer(tmp_path / "direct.parquet")
     kept = _results_writer(tmp_path / "kept.parquet")
+    (tmp_path / "late").mkdir()
+    late = _results_writer(tmp_path / "late" / "late.parquet", beside=False)
     for chunk in _chunks(sizes):
         direct.write(chunk)
         kept.write(chunk)
+        late.write(chunk)
         # Only the journal has a name while the rows come: a killed run leaves nothing else.
         assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("direct")) == \
             [direct.tmp_path.name]
+        # Not beside: no Parquet file, named or not, until close.
+        assert list(late.tmp_path.parent.iterdir()) == [late.tmp_path] and _unnamed_files(late.tmp_path.parent) == 0
     extra = {"interrupted": False, "rows_done": sum(sizes)}
     direct.close(extra)
+    late.close(extra)
     journal = kept.keep()
     # What closing did before: convert the journal into the results file.
     recovered = convert_journal(journal, tmp_path / "converted.parquet", extra, "lz4", 1000)
     journal.unlink()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["converted.parquet", "direct.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["converted.parquet", "direct.parquet", "late"]
+    assert [p.name for p in (tmp_path / "late").iterdir()] == ["late.parquet"]
     a, b = pq.ParquetFile(tmp_path / "direct.parquet"), pq.ParquetFile(recovered)
     assert a.read().equals(b.read()) and a.num_row_groups == b.num_row_groups
+    assert pq.ParquetFile(tmp_path / "late" / "late.parquet").read().equals(a.read())
     assert [a.metadata.row_group(i).num_rows for i in range(a.num_row_groups)] == \
         [b.metadata.row_group(i).num_rows for i in range(b.num_row_groups)] == [1601, 1500, 333]
     for i in range(a.num_row_groups):
@@ -217,14 +237,50 @@ def test_the_results_file_written_beside_the_journal_is_the_journals_conversion(
             ca, cb = a.metadata.row_group(i).column(j), b.metadata.row_group(i).column(j)
             assert (ca.encodings, ca.compression, ca.statistics) == (cb.encodings, cb.compression, cb.statistics)
     meta = open_trace(tmp_path / "direct.parquet").metadata
-    assert meta == open_trace(recovered).metadata and meta["rows_done"] == sum(sizes)
+    assert meta == open_trace(recovered).metadata == open_trace(tmp_path / "late" / "late.parquet").metadata
+    assert meta["rows_done"] == sum(sizes)
     # An existing file is replaced (the run's --force), by the finished file whole.
     again = TraceWriter(tmp_path / "direct.parquet", [("ts_ns", schema.pa.int64())], {"kind": "results"},
                         journal_s=2.0, force=True)
     again.write({"ts_ns": np.arange(5)})
     again.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["converted.parquet", "direct.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["converted.parquet", "direct.parquet", "late"]
     assert read_trace_columns(tmp_path / "direct.parquet") == list(range(5))
+
+
+class UnnamedFiles(list):
+    """A consumer that notes, at each results chunk, how many unnamed files are open in `directory`."""
+
+    def __init__(self, directory):
+        super().__init__()
+        self.directory = directory
+
+    def add(self, chunk):
+        self.append(_unnamed_files(self.directory))
+
+
+@pytest.mark.parametrize("timing,engine,beside", [("afap", "io_uring", False), ("afap", "psync", False),
+                                                  ("original", "io_uring", True), ("afap", "null", True)])
+def test_as_fast_as_possible_on_a_device_the_results_file_is_made_from_the_journal_at_close(
+        tmp_path, timing, engine, beside):
+    # The CPU the encoding would take comes out of the I/Os then (replay.runner._encode_beside).
+    n = 2000
+    i = np.arange(n, dtype=np.int64)
+    trace = write_trace(tmp_path / "t.parquet", {
+        "ts_ns": i * 1000, "op": np.full(n, Op.READ, np.uint8), "offset": (i * 7919 % 4096) * 4096,
+        "length": np.full(n, 4096, np.int64)}, {"name": "t"})
+    target = tmp_path / "target.img"
+    with open(target, "wb") as f:
+        f.truncate(16 << 20)
+    (tmp_path / "out").mkdir()
+    seen = UnnamedFiles(tmp_path / "out")
+    outcome = replay(trace, None if engine == "null" else target,
+                     RunOptions(timing=timing, engine=engine, qd=4, chunk_rows=500),
+                     output=tmp_path / "out" / "r.parquet", consumers=[seen])
+    assert [count > 0 for count in seen] == [beside] * (n // 500)
+    got, meta = read_trace(outcome.output)
+    np.testing.assert_array_equal(got["offset"], (i * 7919 % 4096) * 4096)
+    assert (got["result"] == 4096).all() and meta["rows_done"] == n and meta["run"]["engine"] == engine
 
 
 def read_trace_columns(path):
