@@ -191,10 +191,9 @@ def _encode_beside(options: RunOptions, engine: str) -> bool:
     take every CPU, and the encoder's (~55 ns a row) came out of the I/Os: on a loop device
     over /dev/shm, io_uring QD32 reached 0.84-0.86x the floor's IOPS encoding beside and
     0.95-0.96x without (4 KiB random reads, 2 rounds alternating with bench/floor.c's loop).
-    The close then takes ~60 ns
-    a row more (71 against 10 ns; the run's own writes 31 against 89 ns of CPU). Timed runs
-    leave the CPUs idle between I/Os, and the null engine is one thread, so their files are
-    done when the run is."""
+    The close then takes ~60 ns a row more (71 against 10 ns; the run's own writes 31 against
+    89 ns of CPU). Timed runs leave the CPUs idle between I/Os, and the null engine is one
+    thread, so their files are done when the run is."""
     return options.timing != Timing.afap or engine == "null"
 
 
