@@ -12,11 +12,14 @@ fast as possible, the same I/Os for every tool, alternating runs.
   one; and with up to 4 I/Os in flight a spin of up to 30 us for a completion before it sleeps
   for one, as our engine does: on this VM a sleeping thread's idle vCPU halts, and waking it
   costs more than the I/O); fio io_uring at the same depth.
+- the recording floor: the same loops keeping each I/O's times and result as a replayer must
+  (`floor ... record`: a clock read per I/O and four stores to arrays laid out before the run),
+  which the floor does not: what recording alone costs on this machine.
 
 How to read it. IOPS are medians over the repetitions; "vs floor" and "vs fio" are medians of
 the per-repetition ratios ours / floor and ours / fio (goals, issue 23: >= 0.95 against the
 floor on every row, >= 1.0 against fio's best, >= 1.2 against fio io_uring on the /dev/shm
-loop device). CPU is microseconds of user + system time per I/O of the whole process: ours
+loop device); "vs rec floor" is ours / the recording floor. CPU is microseconds of user + system time per I/O of the whole process: ours
 the replay() call (Parquet read and results written included), the floor's and fio's process
 (fio's job processes included); goal: ours <= fio's.
 """
@@ -55,13 +58,13 @@ def measure(tmp, floor, dev, kind, wl, read_share, n, span, reps, *, engines, qd
     tried = {c: run_fio(fio_args(dev, rw, c, max(n // 4, 5000), span))["iops"] for c in fio_candidates}
     best = max(tried, key=tried.get)
     runs = []
-    order = [("ours", e) for e in engines] + ["floor", "fio"]
+    order = [("ours", e) for e in engines] + ["floor", "floor_rec", "fio"]
     for rep in range(reps):
         run = {}
         for who in order[rep % len(order):] + order[:rep % len(order)]:
-            if who == "floor":
-                f = run_floor(floor, floor_mode, dev, raw, floor_arg)
-                run["floor"] = {"iops": f["iops"], "us_per_io": f["cpu_s"] / f["ios"] * 1e6}
+            if who in ("floor", "floor_rec"):
+                f = run_floor(floor, floor_mode, dev, raw, floor_arg, *(["record"] if who == "floor_rec" else []))
+                run[who] = {"iops": f["iops"], "us_per_io": f["cpu_s"] / f["ios"] * 1e6}
             elif who == "fio":
                 f = run_fio(fio_args(dev, rw, best, n, span))
                 run["fio"] = {"iops": f["iops"], "us_per_io": f["child_cpu_s"] / f["ios"] * 1e6}
@@ -77,15 +80,18 @@ def measure(tmp, floor, dev, kind, wl, read_share, n, span, reps, *, engines, qd
     for ours in order[:len(engines)]:
         row = {"target": kind, "workload": wl, "qd": qd, "ios": n, "engine": runs[0][ours]["engine"],
                "fio_config": config_name(best), "fio_tried": {config_name(c): v for c, v in tried.items()},
-               "runs": [{"ours": r[ours], "floor": r["floor"], "fio": r["fio"]} for r in runs]}
-        for who in ("ours", "floor", "fio"):
+               "runs": [{"ours": r[ours], "floor": r["floor"], "floor_rec": r["floor_rec"], "fio": r["fio"]}
+                        for r in runs]}
+        for who in ("ours", "floor", "floor_rec", "fio"):
             row[f"{who}_iops"] = med(r[who]["iops"] for r in row["runs"])
             row[f"{who}_us"] = med(r[who]["us_per_io"] for r in row["runs"])
         row["vs_floor"] = med(r["ours"]["iops"] / r["floor"]["iops"] for r in row["runs"])
+        row["vs_floor_rec"] = med(r["ours"]["iops"] / r["floor_rec"]["iops"] for r in row["runs"])
         row["vs_fio"] = med(r["ours"]["iops"] / r["fio"]["iops"] for r in row["runs"])
         row["cpu_vs_fio"] = med(r["ours"]["us_per_io"] / r["fio"]["us_per_io"] for r in row["runs"])
         print(f"  {kind} {wl} QD{qd}: ours ({row['engine']}) {row['ours_iops']:,.0f}, floor "
-              f"{row['floor_iops']:,.0f}, fio {row['fio_config']} {row['fio_iops']:,.0f} IOPS", flush=True)
+              f"{row['floor_iops']:,.0f}, recording floor {row['floor_rec_iops']:,.0f}, fio {row['fio_config']} "
+              f"{row['fio_iops']:,.0f} IOPS", flush=True)
         rows.append(row)
     return rows
 
@@ -122,10 +128,12 @@ def main():
                         results += measure(tmp, floor, dev, "shm loop", wl, share, int(400_000 * scale), span,
                                            reps, engines=["io_uring"], qd=qd, floor_mode="uring", floor_arg=qd,
                                            fio_candidates=[("io_uring", 1, qd)])
-    headers = ["target", "workload", "QD", "engine", "ours IOPS", "floor IOPS", "fio config", "fio IOPS",
-               "vs floor", "vs fio", "ours us/IO", "floor us/IO", "fio us/IO", "CPU vs fio"]
-    rows = [[r["target"], r["workload"], r["qd"], r["engine"], r["ours_iops"], r["floor_iops"], r["fio_config"],
-             r["fio_iops"], r["vs_floor"], r["vs_fio"], r["ours_us"], r["floor_us"], r["fio_us"], r["cpu_vs_fio"]]
+    headers = ["target", "workload", "QD", "engine", "ours IOPS", "floor IOPS", "rec floor IOPS", "fio config",
+               "fio IOPS", "vs floor", "vs rec floor", "vs fio", "ours us/IO", "floor us/IO", "rec floor us/IO",
+               "fio us/IO", "CPU vs fio"]
+    rows = [[r["target"], r["workload"], r["qd"], r["engine"], r["ours_iops"], r["floor_iops"], r["floor_rec_iops"],
+             r["fio_config"], r["fio_iops"], r["vs_floor"], r["vs_floor_rec"], r["vs_fio"], r["ours_us"], r["floor_us"],
+             r["floor_rec_us"], r["fio_us"], r["cpu_vs_fio"]]
             for r in results]
     print()
     print(f"AFAP, 4 KiB, O_DIRECT; medians of {reps} alternating repetitions; ratios ours/floor and ours/fio "

@@ -17,6 +17,14 @@
  *                               and buffers; up to QD 32 each I/O in an enter of its own, as
  *                               fio does, deeper all the free slots in one; with up to 4 in
  *                               flight, a 30 us poll for a completion before sleeping for one)
+ *   floor psync|uring DEV TRACE N|QD record
+ *                               the same, keeping each I/O's times as a replayer must: the
+ *                               clock read when it is issued and completed (psync: one read
+ *                               after each call, which stands for the next I/O's issue, as
+ *                               ours does; io_uring: one before each enter that submits, one
+ *                               per batch reaped) and its intended, issue and complete time
+ *                               and result stored in four arrays of a row each, written once
+ *                               before the run (as the engine lays out each chunk's)
  * Prints one JSON line: ios, seconds, iops, cpu_s (user + system of the whole process).
  * Built by the bench: cc -O2 -o floor floor.c -luring -lpthread */
 #define _GNU_SOURCE
@@ -74,6 +82,23 @@ static void load(const char *path) {
     fclose(f);
 }
 
+/* With `record`, each row's intended, issue and complete time and result (relative to t0). */
+static int64_t *kept[4], kept_t0;
+
+static void keep_open(void) {
+    for (int c = 0; c < 4; c++) {
+        if (!(kept[c] = malloc(nrows * sizeof(int64_t)))) die("malloc");
+        memset(kept[c], 0xff, nrows * sizeof(int64_t)); /* -1: not done; and every page mapped */
+    }
+}
+
+static inline void keep(size_t i, int64_t issue, int64_t complete, long result) {
+    kept[0][i] = issue - kept_t0; /* as fast as possible, an I/O is due when issued */
+    kept[1][i] = issue - kept_t0;
+    kept[2][i] = complete - kept_t0;
+    kept[3][i] = result;
+}
+
 static long rw(int f, void *buf, const struct rec *r) {
     return r->op ? pwrite(f, buf, r->length, r->offset) : pread(f, buf, r->length, r->offset);
 }
@@ -114,8 +139,19 @@ static void *psync_loop(void *arg) {
     void *buf = buffer(MAXLEN);
     int f = open(dev, O_RDWR | O_DIRECT);
     if (f < 0) die(dev);
-    for (size_t i = j->first; i < nrows; i += j->step)
-        if (rw(f, buf, &rows[i]) != (long)rows[i].length) die("pread/pwrite");
+    if (kept[0]) {
+        int64_t last = now_ns();
+        for (size_t i = j->first; i < nrows; i += j->step) {
+            long r = rw(f, buf, &rows[i]);
+            int64_t done = now_ns();
+            keep(i, last, done, r);
+            last = done;
+            if (r != (long)rows[i].length) die("pread/pwrite");
+        }
+    } else {
+        for (size_t i = j->first; i < nrows; i += j->step)
+            if (rw(f, buf, &rows[i]) != (long)rows[i].length) die("pread/pwrite");
+    }
     close(f);
     return NULL;
 }
@@ -123,7 +159,7 @@ static void *psync_loop(void *arg) {
 static void psync(int n) {
     pthread_t t[256];
     struct job jobs[256];
-    int64_t t0 = now_ns();
+    int64_t t0 = kept_t0 = now_ns();
     for (int k = 0; k < n; k++) {
         jobs[k] = (struct job){k, n};
         if (pthread_create(&t[k], NULL, psync_loop, &jobs[k])) die("pthread_create");
@@ -145,14 +181,21 @@ static void uring(unsigned qd) {
     if (io_uring_register_files(&ring, &fd, 1) || io_uring_register_buffers(&ring, &iov, 1)) die("register");
     unsigned *free_slots = malloc(qd * sizeof(unsigned)), nfree = qd;
     for (unsigned k = 0; k < qd; k++) free_slots[k] = k;
+    /* With `record`: each slot's row and issue time, and the slots queued since the last enter. */
+    size_t *slot_row = malloc(qd * sizeof(size_t));
+    int64_t *slot_issue = malloc(qd * sizeof(int64_t));
+    unsigned *queued_slots = malloc(qd * sizeof(unsigned)), nqueued = 0;
     size_t next = 0, done = 0;
     unsigned batch = qd <= SUBMIT_EACH_MAX_DEPTH ? 1 : qd;
-    int64_t t0 = now_ns();
+    int64_t t0 = kept_t0 = now_ns();
+#define STAMP_QUEUED() do { if (kept[0]) { int64_t at = now_ns(); \
+        while (nqueued) slot_issue[queued_slots[--nqueued]] = at; } } while (0)
     while (done < nrows) {
         for (unsigned queued = 0; nfree && next < nrows; queued++) {
             /* Up to SUBMIT_EACH_MAX_DEPTH, the one queued before goes in an enter of its own
              * (that also reaps) before the next is queued; the last goes below. */
             if (queued == batch) {
+                STAMP_QUEUED();
                 if (io_uring_submit_and_get_events(&ring) < 0) die("io_uring_submit_and_get_events");
                 queued = 0;
             }
@@ -163,6 +206,10 @@ static void uring(unsigned qd) {
             else io_uring_prep_read_fixed(sqe, 0, bufs + (size_t)slot * MAXLEN, r->length, r->offset, 0);
             sqe->flags |= IOSQE_FIXED_FILE;
             sqe->user_data = slot;
+            if (kept[0]) {
+                slot_row[slot] = next - 1;
+                queued_slots[nqueued++] = slot;
+            }
         }
         /* fio's commit then getevents: one enter submits and reaps what has completed (with
          * DEFER_TASKRUN, only an enter with GETEVENTS runs completions), and only if none came
@@ -172,6 +219,7 @@ static void uring(unsigned qd) {
          * (submit, then wait) in 25 and 15; at QD4 1.02x in 31. At depth the first enter
          * nearly always finds completions: QD128 took half the enters. */
         struct io_uring_cqe *cqe;
+        STAMP_QUEUED();
         if (io_uring_submit_and_get_events(&ring) < 0) die("io_uring_submit_and_get_events");
         if (io_uring_peek_cqe(&ring, &cqe) && qd - nfree <= POLL_MAX_INFLIGHT) {
             /* Spin up to POLL_NS for a completion before sleeping for one, as uring.rs does
@@ -186,9 +234,12 @@ static void uring(unsigned qd) {
         }
         if (io_uring_peek_cqe(&ring, &cqe) && io_uring_wait_cqe(&ring, &cqe) < 0) die("io_uring_wait_cqe");
         unsigned head, seen = 0;
+        int64_t reaped = kept[0] ? now_ns() : 0;
         io_uring_for_each_cqe(&ring, head, cqe) {
             if (cqe->res < 0) { errno = -cqe->res; die("io_uring I/O"); }
-            free_slots[nfree++] = (unsigned)cqe->user_data;
+            unsigned slot = (unsigned)cqe->user_data;
+            if (kept[0]) keep(slot_row[slot], slot_issue[slot], reaped, cqe->res);
+            free_slots[nfree++] = slot;
             seen++;
         }
         io_uring_cq_advance(&ring, seen);
@@ -198,11 +249,13 @@ static void uring(unsigned qd) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5 && !(argc == 6 && !strcmp(argv[1], "timed"))) {
-        fprintf(stderr, "usage: floor timed|psync|uring DEV TRACE OUT|THREADS|QD [SLEEP_NS]\n");
+    int record = argc == 6 && strcmp(argv[1], "timed") && !strcmp(argv[5], "record");
+    if (argc != 5 && !(argc == 6 && (!strcmp(argv[1], "timed") || record))) {
+        fprintf(stderr, "usage: floor timed|psync|uring DEV TRACE OUT|THREADS|QD [SLEEP_NS|record]\n");
         return 2;
     }
     load(argv[3]);
+    if (record) keep_open();
     dev = argv[2];
     if ((fd = open(dev, O_RDWR | O_DIRECT)) < 0) die(dev);
     if (!strcmp(argv[1], "timed")) timed(argv[4], argc == 6 ? atoll(argv[5]) : 0);
