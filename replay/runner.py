@@ -188,12 +188,12 @@ def _run(plan: _Plan, stops: StopSignals) -> RunOutcome:
 def _encode_beside(options: RunOptions, engine: str) -> bool:
     """Whether the results' Parquet file is encoded while the run goes, or made from the
     journal at close. As fast as possible on a device, the engine's threads and the kernel's
-    take every CPU, and the encoder's (~55 ns a row) came out of the I/Os: on a loop device
-    over /dev/shm, io_uring QD32 reached 0.84-0.86x the floor's IOPS encoding beside and
-    0.95-0.96x without (4 KiB random reads, 2 rounds alternating with bench/floor.c's loop).
-    The close then takes ~60 ns a row more (71 against 10 ns; the run's own writes 31 against
-    89 ns of CPU). Timed runs leave the CPUs idle between I/Os, and the null engine is one
-    thread, so their files are done when the run is."""
+    take every CPU, and the encoding's CPU (89 against 31 ns a row written, journal included)
+    comes out of the I/Os. IOPS made so against encoded beside, 4 rounds alternating: medians
+    0.99-1.05x (1.01x over 8 rows: zram QD32 and a loop device over /dev/shm at QD 4, 32 and
+    128, random reads and 70/30); the close then takes ~60 ns a row more (71 against 10). Timed
+    runs leave the CPUs idle between I/Os, and the null engine is one thread, so their files
+    are done when the run is."""
     return options.timing != Timing.afap or engine == "null"
 
 
