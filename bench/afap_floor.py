@@ -12,16 +12,20 @@ fast as possible, the same I/Os for every tool, alternating runs.
   one; and with up to 4 I/Os in flight a spin of up to 30 us for a completion before it sleeps
   for one, as our engine does: on this VM a sleeping thread's idle vCPU halts, and waking it
   costs more than the I/O); fio io_uring at the same depth.
+- both floors write the bytes ours writes (random data, each write from its own place in an
+  8 MiB pool). Writing one buffer over and over, the floor's 70/30 rate was 1.08x that on zram
+  (whose lzo then compresses one easy block, not random data) and 1.04x at QD128 on the shm
+  loop device (medians of 4 alternating rounds): a lighter job than ours.
 - the recording floor: the same loops keeping each I/O's times and result as a replayer must
   (`floor ... record`: a clock read per I/O and four stores to arrays laid out before the run),
   which the floor does not: what recording alone costs on this machine.
 
 How to read it. IOPS are medians over the repetitions; "vs floor" and "vs fio" are medians of
 the per-repetition ratios ours / floor and ours / fio (goals, issue 23: >= 0.95 against the
-floor on every row, >= 1.0 against fio's best, >= 1.2 against fio io_uring on the /dev/shm
-loop device); "vs rec floor" is ours / the recording floor. CPU is microseconds of user + system time per I/O of the whole process: ours
-the replay() call (Parquet read and results written included), the floor's and fio's process
-(fio's job processes included); goal: ours <= fio's.
+floor on every row, >= 1.0 against fio's best, >= 1.2 against fio io_uring on the /dev/shm loop
+device); "vs rec floor" is ours / the recording floor. CPU is microseconds of user + system time
+per I/O of the whole process: ours the replay() call (Parquet read and results written
+included), the floor's and fio's process (fio's job processes included); goal: ours <= fio's.
 """
 import os
 import statistics

@@ -25,6 +25,7 @@
  *                               per batch reaped) and its intended, issue and complete time
  *                               and result stored in four arrays of a row each, written once
  *                               before the run (as the engine lays out each chunk's)
+ * Writes carry the bytes ours writes by default (`write_source` below).
  * Prints one JSON line: ios, seconds, iops, cpu_s (user + system of the whole process).
  * Built by the bench: cc -O2 -o floor floor.c -luring -lpthread */
 #define _GNU_SOURCE
@@ -72,6 +73,35 @@ static void *buffer(size_t len) {
     return p;
 }
 
+/* What writes carry: the bytes ours writes by default (engine/src/data.rs, `Buffers` with
+ * DataPattern::Random), an 8 MiB pool of pseudo-random words from which each write takes 4 KiB-
+ * aligned bytes at a position hashed from its row, so that consecutive writes do not carry the
+ * same block. Writing one buffer over and over would copy from a cache line already near, and
+ * hand zram the same compressible block each time: a different job from ours. */
+enum { POOL = 8 << 20 };
+static unsigned char *pool;
+
+static uint64_t splitmix64(uint64_t x) {
+    uint64_t z = x + 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static void pool_open(void) {
+    if (posix_memalign((void **)&pool, ALIGN, POOL)) die("posix_memalign");
+    uint64_t state = 0x7472616365726570ULL | 1; /* data.rs's seed */
+    for (size_t w = 0; w < POOL / 8; w++) {
+        state = splitmix64(state);
+        memcpy(pool + w * 8, &state, 8);
+    }
+}
+
+static const void *write_source(size_t row, uint32_t len) {
+    uint64_t slots = (POOL - (len + ALIGN - 1) / ALIGN * ALIGN) / ALIGN + 1;
+    return pool + (uint64_t)(((unsigned __int128)splitmix64(row) * slots) >> 64) * ALIGN;
+}
+
 static void load(const char *path) {
     FILE *f = fopen(path, "rb");
     struct stat st;
@@ -99,8 +129,9 @@ static inline void keep(size_t i, int64_t issue, int64_t complete, long result) 
     kept[3][i] = result;
 }
 
-static long rw(int f, void *buf, const struct rec *r) {
-    return r->op ? pwrite(f, buf, r->length, r->offset) : pread(f, buf, r->length, r->offset);
+static long rw(int f, void *buf, size_t i) {
+    const struct rec *r = &rows[i];
+    return r->op ? pwrite(f, write_source(i, r->length), r->length, r->offset) : pread(f, buf, r->length, r->offset);
 }
 
 static void report(int64_t t0, int64_t t1) {
@@ -125,7 +156,7 @@ static void timed(const char *out, int64_t sleep_ns) {
         }
         while ((issue = now_ns()) < deadline) {}
         late[i] = issue - deadline;
-        if (rw(fd, buf, &rows[i]) != (long)rows[i].length) die("pread/pwrite");
+        if (rw(fd, buf, i) != (long)rows[i].length) die("pread/pwrite");
     }
     report(t0, issue);
     FILE *f = fopen(out, "wb");
@@ -142,7 +173,7 @@ static void *psync_loop(void *arg) {
     if (kept[0]) {
         int64_t last = now_ns();
         for (size_t i = j->first; i < nrows; i += j->step) {
-            long r = rw(f, buf, &rows[i]);
+            long r = rw(f, buf, i);
             int64_t done = now_ns();
             keep(i, last, done, r);
             last = done;
@@ -150,7 +181,7 @@ static void *psync_loop(void *arg) {
         }
     } else {
         for (size_t i = j->first; i < nrows; i += j->step)
-            if (rw(f, buf, &rows[i]) != (long)rows[i].length) die("pread/pwrite");
+            if (rw(f, buf, i) != (long)rows[i].length) die("pread/pwrite");
     }
     close(f);
     return NULL;
@@ -177,8 +208,8 @@ static void uring(unsigned qd) {
         if (io_uring_queue_init_params(qd, &ring, &p) < 0) die("io_uring_queue_init");
     }
     char *bufs = buffer((size_t)qd * MAXLEN);
-    struct iovec iov = {bufs, (size_t)qd * MAXLEN};
-    if (io_uring_register_files(&ring, &fd, 1) || io_uring_register_buffers(&ring, &iov, 1)) die("register");
+    struct iovec iov[2] = {{bufs, (size_t)qd * MAXLEN}, {pool, POOL}};
+    if (io_uring_register_files(&ring, &fd, 1) || io_uring_register_buffers(&ring, iov, 2)) die("register");
     unsigned *free_slots = malloc(qd * sizeof(unsigned)), nfree = qd;
     for (unsigned k = 0; k < qd; k++) free_slots[k] = k;
     /* With `record`: each slot's row and issue time, and the slots queued since the last enter. */
@@ -202,7 +233,7 @@ static void uring(unsigned qd) {
             struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
             unsigned slot = free_slots[--nfree];
             const struct rec *r = &rows[next++];
-            if (r->op) io_uring_prep_write_fixed(sqe, 0, bufs + (size_t)slot * MAXLEN, r->length, r->offset, 0);
+            if (r->op) io_uring_prep_write_fixed(sqe, 0, write_source(next - 1, r->length), r->length, r->offset, 1);
             else io_uring_prep_read_fixed(sqe, 0, bufs + (size_t)slot * MAXLEN, r->length, r->offset, 0);
             sqe->flags |= IOSQE_FIXED_FILE;
             sqe->user_data = slot;
@@ -255,6 +286,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     load(argv[3]);
+    pool_open();
     if (record) keep_open();
     dev = argv[2];
     if ((fd = open(dev, O_RDWR | O_DIRECT)) < 0) die(dev);

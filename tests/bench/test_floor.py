@@ -1,12 +1,15 @@
-"""bench/floor.c, the floor the AFAP and lateness benchmarks measure ours against: its recording
-variant keeps every I/O's times and result as a replayer must, and does the same I/Os."""
+"""bench/floor.c, the floor the AFAP and lateness benchmarks measure ours against: it writes the
+bytes ours writes, and its recording variant does the same I/Os as it."""
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from replay.runner import RunOptions, replay
 from tests.bench.test_scripts import BENCH
+from traces.schema import Op
+from traces.trace import write_trace
 
 sys.path.insert(0, str(BENCH))
 try:
@@ -46,3 +49,26 @@ def test_the_floor_refuses_a_word_it_does_not_know(floor, target_and_trace):
     for args in (["psync", target, trace, "2", "recrod"], ["timed", target, trace]):
         done = subprocess.run([str(floor), *map(str, args)], capture_output=True, text=True)
         assert done.returncode == 2 and "usage: floor" in done.stderr
+
+
+@pytest.mark.parametrize("mode,arg,engine", [("psync", 2, "psync"), ("uring", 8, "io_uring"), ("uring", 64, "io_uring")])
+def test_the_floor_writes_the_bytes_ours_writes(floor, tmp_path, mode, arg, engine):
+    # Each row writes its own block (the offsets a permutation), some longer than a page.
+    n = 600
+    rng = np.random.default_rng(3)
+    offset = rng.permutation(n).astype(np.int64) * 16384
+    length = rng.choice([4096, 8192, 16384], n).astype(np.int64)
+    images = {}
+    for who in ("floor", "ours"):
+        images[who] = tmp_path / f"{who}.img"
+        with open(images[who], "wb") as f:
+            f.truncate(n * 16384)
+    write_floor_trace(tmp_path / "t.bin", np.zeros(n, np.int64), offset, length, np.ones(n, np.uint32))
+    assert run_floor(floor, mode, images["floor"], tmp_path / "t.bin", arg)["ios"] == n
+    trace = write_trace(tmp_path / "t.parquet", {"ts_ns": np.zeros(n, np.int64), "op": np.full(n, Op.WRITE, np.uint8),
+                                                "offset": offset, "length": length}, {"name": "t"})
+    replay(trace, images["ours"], RunOptions(timing="afap", engine=engine, qd=arg, destroy_data=True),
+           output=tmp_path / "r.parquet")
+    floor_bytes, ours_bytes = (np.fromfile(images[who], np.uint8) for who in ("floor", "ours"))
+    assert np.count_nonzero(ours_bytes) > n * 4096 * 0.99  # every block written, with random bytes
+    assert np.array_equal(floor_bytes, ours_bytes)
