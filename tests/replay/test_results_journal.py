@@ -2,6 +2,7 @@
 results chunk it wrote and nothing more, recovery makes them the results file, and what
 recovery refuses (an existing file, a journal that is not a run's results) it leaves as it was.
 """
+import json
 import os
 import subprocess
 import sys
@@ -290,63 +291,109 @@ def read_trace_columns(path):
 
 
 
-# ---- the journal's clock columns, stored as differences --------------------------------------
+# ---- the journal's integer columns, stored as differences in narrow types ---------------------
 
 _CLOCKS = ("ts_ns", "intended_ns", "issue_ns", "complete_ns")
+_INTS = (*_CLOCKS, "offset", "result")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.lists(st.tuples(*[st.integers(-2**63, 2**63 - 1)] * 4), max_size=20), max_size=4),
-       st.sets(st.sampled_from(_CLOCKS)))
-def test_the_journal_gives_back_every_clock_value_it_took_whatever_the_values(tmp_path, chunks, nullable):
-    # Any int64, the extremes too (the differences wrap, the sums back wrap again); a column
-    # given with a null is stored as it is, in that batch only.
+@given(st.lists(st.lists(st.tuples(*[st.integers(-2**63, 2**63 - 1)] * len(_INTS)), max_size=20), max_size=4),
+       st.sets(st.sampled_from(_INTS)))
+def test_the_journal_gives_back_every_integer_it_took_whatever_the_values(tmp_path, chunks, nullable):
+    # Any int64, the extremes too (the differences wrap, the sums back wrap again; a batch
+    # wider than the stream's types starts another stream); a column given with a null is
+    # stored as it is, in that batch only.
     import pyarrow as pa
 
     writer = _results_writer(tmp_path / f"r{len(list(tmp_path.iterdir()))}.parquet")
     written = []
     for k, rows in enumerate(chunks):
         n = len(rows)
-        chunk = {name: np.array([r[j] for r in rows], dtype=np.int64) for j, name in enumerate(_CLOCKS)}
-        chunk.update(op=np.zeros(n, np.uint8), offset=np.zeros(n, np.int64), length=np.zeros(n, np.int64),
-                     result=np.zeros(n, np.int64))
+        chunk = {name: np.array([r[j] for r in rows], dtype=np.int64) for j, name in enumerate(_INTS)}
+        chunk.update(op=np.zeros(n, np.uint8), length=np.zeros(n, np.int64))
         if k == 1 and n:
             for name in nullable:
                 chunk[name] = pa.array([None, *chunk[name][1:].tolist()], pa.int64())
         writer.write(chunk)
         if n:
-            written.append({name: pa.array(chunk[name], pa.int64()).to_pylist() for name in _CLOCKS})
+            written.append({name: pa.array(chunk[name], pa.int64()).to_pylist() for name in _INTS})
     journal_path = writer.keep()
     try:
-        got = [b for b in read_journal(journal_path)[2] if b.num_rows]
-        assert [{name: b.column(name).to_pylist() for name in _CLOCKS} for b in got] == written
+        schema_, _, batches = read_journal(journal_path)
+        got = [b for b in batches if b.num_rows]
+        assert all(b.schema == schema_ for b in got)
+        assert [{name: b.column(name).to_pylist() for name in _INTS} for b in got] == written
     finally:
         journal_path.unlink()
 
 
-def test_the_journal_stores_rising_clocks_as_small_differences_and_reads_an_older_plain_one(tmp_path):
+def _streams(path):
+    """Each Arrow IPC stream of a journal: its schema and its batches with their custom metadata."""
+    import pyarrow as pa
+
+    found = []
+    with pa.OSFile(str(path)) as f:
+        while f.tell() < f.size():
+            reader = pa.ipc.open_stream(f)
+            batches = []
+            while True:
+                try:
+                    batches.append(reader.read_next_batch_with_custom_metadata())
+                except StopIteration:
+                    break
+            found.append((reader.schema, batches))
+    return found
+
+
+def test_the_journal_stores_rising_clocks_as_small_differences_in_narrow_types(tmp_path):
     import pyarrow as pa
 
     writer = _results_writer(tmp_path / "r.parquet")
     chunk = next(_chunks([1000]))
     chunk["ts_ns"] = chunk["ts_ns"] + 10**15
     writer.write(chunk)
+    wider = next(_chunks([10]))
+    wider["complete_ns"] = wider["issue_ns"] + 10**6  # a difference that needs int32
+    writer.write(wider)
+    writer.write(next(_chunks([5])))  # fits the second stream's types
     path = writer.keep()
-    with pa.OSFile(str(path)) as f:
-        reader = pa.ipc.open_stream(f)
-        reader.read_next_batch()  # the empty batch written at open
-        stored, meta = reader.read_next_batch_with_custom_metadata()
+    (head, empty), (first, (stored,)), (second, later) = _streams(path)
+    # The first stream: the results' schema with the run's metadata, and no rows.
+    assert head.types[2] == pa.int64() and schema.METADATA_KEY in head.metadata and not empty[0].batch.num_rows
+    batch, meta = stored
     ts = chunk["ts_ns"]
-    # ts and intended from the row before; issue from intended, completion from issue.
-    assert stored.column("ts_ns").to_pylist() == [ts[0], *np.diff(ts)]
-    assert stored.column("issue_ns").to_pylist() == [7] * 1000
-    np.testing.assert_array_equal(stored.column("complete_ns").to_numpy(), chunk["complete_ns"] - chunk["issue_ns"])
-    assert stored.column("offset").to_pylist() == chunk["offset"].tolist()  # not a clock: as it is
-    assert b"diffs" in meta
-    # A journal written before the differences (no batch metadata) reads as it was written.
-    plain = tmp_path / "plain.partial"
-    table = pa.table({name: chunk[name] for name in stored.schema.names}, schema=stored.schema)
-    with pa.OSFile(str(plain), "wb") as f, pa.ipc.new_stream(f, stored.schema) as w:
-        w.write_table(table)
-    (back,) = read_journal(plain)[2]
-    assert back.equals(table.to_batches()[0])
+    # ts and intended from the row before (the first value in the batch's entry); issue from
+    # intended, completion from issue; each column in the narrowest type that holds it.
+    assert batch.column("ts_ns").to_pylist() == [0, *np.diff(ts)] and ["ts_ns", None, 10**15] in json.loads(meta[b"diffs"])
+    assert batch.column("issue_ns").to_pylist() == [7] * 1000
+    np.testing.assert_array_equal(batch.column("complete_ns").to_numpy(), chunk["complete_ns"] - chunk["issue_ns"])
+    assert batch.column("offset").to_pylist() == chunk["offset"].tolist()  # not a clock: as it is
+    assert dict(zip(first.names, first.types)) == {
+        "ts_ns": pa.int16(), "op": pa.uint8(), "offset": pa.int32(), "length": pa.int16(), "intended_ns": pa.int16(),
+        "issue_ns": pa.int8(), "complete_ns": pa.int8(), "result": pa.int16()}
+    # A wider difference starts a stream whose types are the wider of each; what fits stays in it.
+    assert second.field("complete_ns").type == pa.int32() and second.field("offset").type == pa.int32()
+    assert [b.batch.num_rows for b in later] == [10, 5]
+
+
+def test_the_journal_reads_those_of_older_versions(tmp_path):
+    import pyarrow as pa
+
+    # Older journals are one stream with every column as int64: the values themselves, or the
+    # clocks as differences whose first is the batch's first value.
+    chunk = next(_chunks([1000]))
+    names = ["ts_ns", "op", "offset", "length", "intended_ns", "issue_ns", "complete_ns", "result"]
+    table = pa.table({name: chunk[name] for name in names})
+    diffed = dict(chunk, ts_ns=np.diff(chunk["ts_ns"], prepend=0), intended_ns=np.diff(chunk["intended_ns"], prepend=0),
+                  issue_ns=chunk["issue_ns"] - chunk["intended_ns"], complete_ns=chunk["complete_ns"] - chunk["issue_ns"])
+    for name, batch, custom in [
+            ("plain", table.to_batches()[0], None),
+            ("diffs", pa.table({name: diffed[name] for name in names}).to_batches()[0],
+             {"diffs": json.dumps([["ts_ns", None], ["intended_ns", None], ["issue_ns", "intended_ns"],
+                                   ["complete_ns", "issue_ns"]])})]:
+        old = tmp_path / f"{name}.partial"
+        with pa.OSFile(str(old), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+            w.write_batch(batch, custom)
+        (back,) = read_journal(old)[2]
+        assert back.equals(table.to_batches()[0]), name
