@@ -21,7 +21,8 @@ fast as possible, the same I/Os for every tool, alternating runs.
   which the floor does not: what recording alone costs on this machine.
 
 How to read it. IOPS are medians over the repetitions; "vs floor" and "vs fio" are medians of
-the per-repetition ratios ours / floor and ours / fio (goals, issue 23: >= 0.95 against the
+the per-repetition ratios ours / floor and ours / fio ("its range": the lowest and highest
+ours / floor of the repetitions) (goals, issue 23: >= 0.95 against the
 floor on every row, >= 1.0 against fio's best, >= 1.2 against fio io_uring on the /dev/shm loop
 device); "vs rec floor" is ours / the recording floor. CPU is microseconds of user + system time
 per I/O of the whole process: ours the replay() call (Parquet read and results written
@@ -90,6 +91,9 @@ def measure(tmp, floor, dev, kind, wl, read_share, n, span, reps, *, engines, qd
             row[f"{who}_iops"] = med(r[who]["iops"] for r in row["runs"])
             row[f"{who}_us"] = med(r[who]["us_per_io"] for r in row["runs"])
         row["vs_floor"] = med(r["ours"]["iops"] / r["floor"]["iops"] for r in row["runs"])
+        # The repetitions' spread: on this project's VMs one row moves by up to 0.14 between runs.
+        per_rep = [r["ours"]["iops"] / r["floor"]["iops"] for r in row["runs"]]
+        row["vs_floor_range"] = f"{min(per_rep):.2f}-{max(per_rep):.2f}"
         row["vs_floor_rec"] = med(r["ours"]["iops"] / r["floor_rec"]["iops"] for r in row["runs"])
         row["vs_fio"] = med(r["ours"]["iops"] / r["fio"]["iops"] for r in row["runs"])
         row["cpu_vs_fio"] = med(r["ours"]["us_per_io"] / r["fio"]["us_per_io"] for r in row["runs"])
@@ -133,10 +137,10 @@ def main():
                                            reps, engines=["io_uring"], qd=qd, floor_mode="uring", floor_arg=qd,
                                            fio_candidates=[("io_uring", 1, qd)])
     headers = ["target", "workload", "QD", "engine", "ours IOPS", "floor IOPS", "rec floor IOPS", "fio config",
-               "fio IOPS", "vs floor", "vs rec floor", "vs fio", "ours us/IO", "floor us/IO", "rec floor us/IO",
+               "fio IOPS", "vs floor", "its range", "vs rec floor", "vs fio", "ours us/IO", "floor us/IO", "rec floor us/IO",
                "fio us/IO", "CPU vs fio"]
     rows = [[r["target"], r["workload"], r["qd"], r["engine"], r["ours_iops"], r["floor_iops"], r["floor_rec_iops"],
-             r["fio_config"], r["fio_iops"], r["vs_floor"], r["vs_floor_rec"], r["vs_fio"], r["ours_us"], r["floor_us"],
+             r["fio_config"], r["fio_iops"], r["vs_floor"], r["vs_floor_range"], r["vs_floor_rec"], r["vs_fio"], r["ours_us"], r["floor_us"],
              r["floor_rec_us"], r["fio_us"], r["cpu_vs_fio"]]
             for r in results]
     print()
