@@ -797,7 +797,7 @@ class _Journal:
         with pa.ipc.new_stream(sink, schema_.with_metadata({schema.METADATA_KEY: metadata})) as head:
             head.write_batch(pa.RecordBatch.from_pylist([], schema=schema_))
         self._stream, self._types = None, None
-        # The arrays a batch is stored from, by column and type: write_batch has compressed
+        # The arrays a batch is stored from, by column: write_batch has compressed
         # and written them when it returns, so the next batch reuses them (fresh arrays of a
         # 64K-row chunk cost 2 ns a row more in page faults).
         self._scratch = {}
@@ -849,7 +849,7 @@ def _to_journal(batch: pa.RecordBatch, scratch: dict, floor=None) -> tuple[list,
         least = _JOURNAL_WIDTHS.index(floor[i]) if floor else 0
         type_ = next(t for t in _JOURNAL_WIDTHS[least:] if _fits(t, lo, hi))
         if type_ != pa.int64():
-            out = _scratch_array(scratch, (name, type_), type_.to_pandas_dtype(), len(x))
+            out = _scratch_array(scratch, (name, "stored"), type_.to_pandas_dtype(), len(x))
             np.copyto(out, x, casting="unsafe")
             x = out
         arrays[i] = pa.array(x)
@@ -862,9 +862,10 @@ def _fits(type_: pa.DataType, lo: int, hi: int) -> bool:
 
 
 def _scratch_array(scratch: dict, key, dtype, n: int) -> np.ndarray:
-    if len(scratch.get(key, ())) < n:
-        scratch[key] = np.empty(n, dtype)
-    return scratch[key][:n]
+    held = scratch.get(key)
+    if held is None or len(held) < n or held.dtype != dtype:
+        held = scratch[key] = np.empty(n, dtype)
+    return held[:n]
 
 
 def _from_journal(batch: pa.RecordBatch, metadata, schema_: pa.Schema) -> pa.RecordBatch:
