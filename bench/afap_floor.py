@@ -21,10 +21,9 @@ fast as possible, the same I/Os for every tool, alternating runs.
   which the floor does not: what recording alone costs on this machine.
 
 How to read it. IOPS are medians over the repetitions; "vs floor" and "vs fio" are medians of
-the per-repetition ratios ours / floor and ours / fio ("its range": the lowest and highest
-ours / floor of the repetitions) (goals, issue 23: >= 0.95 against the
+the per-repetition ratios ours / floor and ours / fio (goals, issue 23: >= 0.95 against the
 floor on every row, >= 1.0 against fio's best, >= 1.2 against fio io_uring on the /dev/shm loop
-device); "vs rec floor" is ours / the recording floor. CPU is microseconds of user + system time
+device), "its range" the lowest and highest ours / floor of the repetitions; "vs rec floor" is ours / the recording floor. CPU is microseconds of user + system time
 per I/O of the whole process: ours the replay() call (Parquet read and results written
 included), the floor's and fio's process (fio's job processes included); goal: ours <= fio's.
 """
