@@ -116,10 +116,11 @@ def _worker(argv):
 
 
 def run_ours(trace, target, output, *, engine=None, afap=True, qd=32, speed=1.0,
-             max_inflight=1024, keep_output=False, threads=False) -> dict:
+             max_inflight=1024, keep_output=False, threads=False, pythonpath=None) -> dict:
     """One replay in a fresh Python process; returns the worker's JSON plus `child_cpu_s`
     (rusage of the whole child, interpreter start and imports included). With `threads`,
-    `threads_cpu_s` has each thread name's CPU, sampled every 5 ms (which perturbs the run)."""
+    `threads_cpu_s` has each thread name's CPU, sampled every 5 ms (which perturbs the run).
+    `pythonpath`: the child's PYTHONPATH (another checkout's tracereplay, afap_ab.py)."""
     cmd = [sys.executable, str(HERE / "_harness.py"), "worker", "--trace", str(trace),
            "--output", str(output), "--qd", str(qd), "--speed", str(speed),
            "--max-inflight", str(max_inflight)]
@@ -134,6 +135,8 @@ def run_ours(trace, target, output, *, engine=None, afap=True, qd=32, speed=1.0,
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     # As the `replay` CLI sets it: OpenBLAS's idle threads would spin on the engine's cores.
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, env=env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:

@@ -9,14 +9,13 @@ ours / floor per version and of each version / the first per round.
 
     python bench/afap_ab.py --rounds 10 --rows zram-read,shm32-rw old=/work/wt/old new=.
 """
-import os
 import statistics
 import tempfile
 from pathlib import Path
 
 import targets
 from _harness import build_floor, parser, run_floor, run_ours, write_json
-from afap_floor import same_trace
+from afap_floor import row_setup, same_trace
 
 SPAN = 1 << 30
 
@@ -24,19 +23,17 @@ SPAN = 1 << 30
 def measure(tmp, floor, dev, row: str, versions: dict, rounds: int, scale: float) -> dict:
     kind, workload = row.split("-")
     share = {"read": 1.0, "rw": 0.7}[workload]
-    if kind == "zram":
-        qd, n, mode, arg, engine = 32, int(1_000_000 * scale), "psync", os.cpu_count() or 1, None
-    else:
-        qd = int(kind.removeprefix("shm"))
-        n, mode, arg, engine = int(400_000 * scale), "uring", qd, "io_uring"
+    # The runner's engine on zram, io_uring on the loop device, as afap_floor.py's rows.
+    qd, engine = (32, None) if kind == "zram" else (int(kind.removeprefix("shm")), "io_uring")
+    n, mode, arg = row_setup("zram" if kind == "zram" else "shm", qd, scale)
     trace, raw = same_trace(tmp, row, n, SPAN, share)
     names = list(versions)
     ratios = {name: [] for name in names}
     for r in range(rounds):
         floor_iops = run_floor(floor, mode, dev, raw, arg)["iops"]
         for name in names[r % len(names):] + names[:r % len(names)]:
-            os.environ["PYTHONPATH"] = versions[name]  # run_ours's child inherits it
-            out = run_ours(trace, dev, Path(tmp, "out.parquet"), afap=True, qd=qd, engine=engine)
+            out = run_ours(trace, dev, Path(tmp, "out.parquet"), afap=True, qd=qd, engine=engine,
+                           pythonpath=versions[name])
             ratios[name].append(out["iops"] / floor_iops)
         print(f"  {row} round {r + 1}: floor {floor_iops:,.0f}, ours / floor "
               + ", ".join(f"{k} {v[-1]:.3f}" for k, v in ratios.items()), flush=True)
@@ -65,19 +62,13 @@ def main():
     scale = 0.1 if a.quick else 1.0
     rows = a.rows.split(",")
     results = []
-    saved = os.environ.get("PYTHONPATH")
-    try:
-        with tempfile.TemporaryDirectory(prefix="tracereplay-bench-") as tmp:
-            floor = build_floor(tmp)
-            for kind, make in (("zram", targets.zram_device), ("shm", targets.shm_loop_device)):
-                mine = [r for r in rows if r.startswith(kind)]
-                if mine:
-                    with make(span=SPAN) as dev:
-                        results += [measure(tmp, floor, dev, row, versions, a.rounds, scale) for row in mine]
-    finally:
-        os.environ.pop("PYTHONPATH", None)
-        if saved is not None:
-            os.environ["PYTHONPATH"] = saved
+    with tempfile.TemporaryDirectory(prefix="tracereplay-bench-") as tmp:
+        floor = build_floor(tmp)
+        for kind, make in (("zram", targets.zram_device), ("shm", targets.shm_loop_device)):
+            mine = [r for r in rows if r.startswith(kind)]
+            if mine:
+                with make(span=SPAN) as dev:
+                    results += [measure(tmp, floor, dev, row, versions, a.rounds, scale) for row in mine]
     write_json(a.json, {"versions": versions, "rows": results})
 
 

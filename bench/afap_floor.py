@@ -23,8 +23,8 @@ fast as possible, the same I/Os for every tool, alternating runs.
 How to read it. IOPS are medians over the repetitions; "vs floor" and "vs fio" are medians of
 the per-repetition ratios ours / floor and ours / fio (goals, issue 23: >= 0.95 against the
 floor on every row, >= 1.0 against fio's best, >= 1.2 against fio io_uring on the /dev/shm loop
-device), "its range" the lowest and highest ours / floor of the repetitions; "vs rec floor" is ours / the recording floor. CPU is microseconds of user + system time
-per I/O of the whole process: ours the replay() call (Parquet read and results written
+device), "its range" the lowest and highest ours / floor of the repetitions; "vs rec floor" is
+ours / the recording floor. CPU is microseconds of user + system time per I/O of the whole process: ours the replay() call (Parquet read and results written
 included), the floor's and fio's process (fio's job processes included); goal: ours <= fio's.
 """
 import os
@@ -40,6 +40,14 @@ from _harness import (build_floor, machine, parser, random_trace, run_fio, run_f
 from afap_vs_fio import config_name, fio_args
 
 WORKLOADS = {"randread": 1.0, "randrw70": 0.7}
+
+
+def row_setup(target: str, qd: int, scale: float) -> tuple[int, str, int]:
+    """A row's I/O count and its floor's mode and argument: on zram, QD32 rows against one
+    pread loop per CPU; on the /dev/shm loop device, an io_uring loop at the row's depth."""
+    if target == "zram":
+        return int(1_000_000 * scale), "psync", os.cpu_count() or 1
+    return int(400_000 * scale), "uring", qd
 
 
 def same_trace(tmp, name, n, span, read_share):
@@ -89,9 +97,9 @@ def measure(tmp, floor, dev, kind, wl, read_share, n, span, reps, *, engines, qd
         for who in ("ours", "floor", "floor_rec", "fio"):
             row[f"{who}_iops"] = med(r[who]["iops"] for r in row["runs"])
             row[f"{who}_us"] = med(r[who]["us_per_io"] for r in row["runs"])
-        row["vs_floor"] = med(r["ours"]["iops"] / r["floor"]["iops"] for r in row["runs"])
-        # The repetitions' spread: on this project's VMs one row moves by up to 0.14 between runs.
         per_rep = [r["ours"]["iops"] / r["floor"]["iops"] for r in row["runs"]]
+        row["vs_floor"] = med(per_rep)
+        # The repetitions' spread: on this project's VMs one row moves by up to 0.14 between runs.
         row["vs_floor_range"] = f"{min(per_rep):.2f}-{max(per_rep):.2f}"
         row["vs_floor_rec"] = med(r["ours"]["iops"] / r["floor_rec"]["iops"] for r in row["runs"])
         row["vs_fio"] = med(r["ours"]["iops"] / r["fio"]["iops"] for r in row["runs"])
@@ -116,7 +124,6 @@ def main():
     reps = a.reps or (1 if a.quick else 3)
     span = (256 << 20) if a.quick else (1 << 30)
     scale = 0.1 if a.quick else 1.0
-    cpus = os.cpu_count() or 1
     engines = [None if e == "auto" else e for e in a.zram_engines.split(",")]
     results = []
     with tempfile.TemporaryDirectory(prefix="tracereplay-bench-") as tmp:
@@ -124,23 +131,24 @@ def main():
         if "zram" in a.targets:
             with targets.zram_device(span=span) as dev:
                 fio_best = [("io_uring", 1, 32), ("libaio", 1, 32), ("psync", 1, 1), ("psync", 2, 1), ("psync", 4, 1)]
+                n, floor_mode, floor_arg = row_setup("zram", 32, scale)
                 for wl, share in WORKLOADS.items():
-                    results += measure(tmp, floor, dev, "zram", wl, share, int(1_000_000 * scale), span, reps,
-                                       engines=engines, qd=32, floor_mode="psync", floor_arg=cpus,
-                                       fio_candidates=fio_best)
+                    results += measure(tmp, floor, dev, "zram", wl, share, n, span, reps, engines=engines, qd=32,
+                                       floor_mode=floor_mode, floor_arg=floor_arg, fio_candidates=fio_best)
         if "shm" in a.targets:
             with targets.shm_loop_device(span=span) as dev:
                 for qd in [int(d) for d in a.depths.split(",")]:
+                    n, floor_mode, floor_arg = row_setup("shm", qd, scale)
                     for wl, share in WORKLOADS.items():
-                        results += measure(tmp, floor, dev, "shm loop", wl, share, int(400_000 * scale), span,
-                                           reps, engines=["io_uring"], qd=qd, floor_mode="uring", floor_arg=qd,
+                        results += measure(tmp, floor, dev, "shm loop", wl, share, n, span, reps,
+                                           engines=["io_uring"], qd=qd, floor_mode=floor_mode, floor_arg=floor_arg,
                                            fio_candidates=[("io_uring", 1, qd)])
     headers = ["target", "workload", "QD", "engine", "ours IOPS", "floor IOPS", "rec floor IOPS", "fio config",
-               "fio IOPS", "vs floor", "its range", "vs rec floor", "vs fio", "ours us/IO", "floor us/IO", "rec floor us/IO",
-               "fio us/IO", "CPU vs fio"]
+               "fio IOPS", "vs floor", "its range", "vs rec floor", "vs fio", "ours us/IO", "floor us/IO",
+               "rec floor us/IO", "fio us/IO", "CPU vs fio"]
     rows = [[r["target"], r["workload"], r["qd"], r["engine"], r["ours_iops"], r["floor_iops"], r["floor_rec_iops"],
-             r["fio_config"], r["fio_iops"], r["vs_floor"], r["vs_floor_range"], r["vs_floor_rec"], r["vs_fio"], r["ours_us"], r["floor_us"],
-             r["floor_rec_us"], r["fio_us"], r["cpu_vs_fio"]]
+             r["fio_config"], r["fio_iops"], r["vs_floor"], r["vs_floor_range"], r["vs_floor_rec"], r["vs_fio"],
+             r["ours_us"], r["floor_us"], r["floor_rec_us"], r["fio_us"], r["cpu_vs_fio"]]
             for r in results]
     print()
     print(f"AFAP, 4 KiB, O_DIRECT; medians of {reps} alternating repetitions; ratios ours/floor and ours/fio "
