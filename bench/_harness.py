@@ -115,6 +115,70 @@ def _worker(argv):
     }))
 
 
+def _engine_alone(argv):
+    """The engine as `replay run --afap` starts it (the same engine, depth and opening of the
+    target: `start_engines`), fed the trace from memory in the runner's chunks, each chunk's
+    results taken and dropped: what the engine does without the runner's work beside it
+    (reading the trace, the results journal, the summary). Prints one JSON line."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--trace", required=True)
+    p.add_argument("--target", required=True)
+    p.add_argument("--engine")
+    p.add_argument("--qd", type=int, default=32)
+    a = p.parse_args(argv)
+
+    import pyarrow.parquet as pq
+
+    from replay.engines import start_engines, start_together
+    from replay.options import RunOptions
+    from traces.schema import Op
+    from traces.targets import inspect_target
+
+    names = ("ts_ns", "op", "offset", "length")
+    t = pq.read_table(a.trace, columns=list(names))
+    cols = [np.ascontiguousarray(t[name].to_numpy()).astype(np.uint8 if name == "op" else np.int64)
+            for name in names]
+    opts = RunOptions(timing="afap", qd=a.qd, engine=a.engine, destroy_data=True)
+    cpu0 = time.process_time_ns()
+    (rep,), engine, _ = start_engines(inspect_target(a.target), opts, bool((cols[1] == Op.WRITE).any()),
+                                      int(cols[3].max()), [])
+    start_together([rep])
+    first, last, ios = [], [], 0
+
+    def keep(got):
+        nonlocal ios
+        _, issue, complete, _, issued = got
+        if issued:
+            first.append(issue[:issued].min())
+            last.append(complete[:issued].max())
+            ios += issued
+
+    n, step = len(cols[0]), opts.chunk_rows
+    for i in range(0, n, step):
+        rep.push(*(c[i:i + step] for c in cols))
+        while (got := rep.take(False)) is not None:
+            keep(got)
+    rep.close()
+    while (got := rep.take(True)) is not None:
+        keep(got)
+    stats = rep.join()
+    duration_ns = max(last) - min(first)
+    print(json.dumps({"ios": ios, "iops": ios / duration_ns * 1e9, "duration_s": duration_ns / 1e9,
+                      "engine": engine, "engine_cpu_s": stats["cpu_ns"] / 1e9,
+                      "process_cpu_s": (time.process_time_ns() - cpu0) / 1e9}))
+
+
+def run_engine_alone(trace, target, *, engine=None, qd=32, pythonpath=None) -> dict:
+    """`_engine_alone` in a fresh Python process; returns its JSON line."""
+    cmd = [sys.executable, str(HERE / "_harness.py"), "engine-alone", "--trace", str(trace),
+           "--target", str(target), "--qd", str(qd), *(["--engine", engine] if engine else [])]
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"engine-alone worker failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_ours(trace, target, output, *, engine=None, afap=True, qd=32, speed=1.0,
              max_inflight=1024, keep_output=False, threads=False, pythonpath=None) -> dict:
     """One replay in a fresh Python process; returns the worker's JSON plus `child_cpu_s`
@@ -274,6 +338,8 @@ def machine() -> dict:
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
     _worker(sys.argv[2:])
+elif __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "engine-alone":
+    _engine_alone(sys.argv[2:])
 
 
 def timed_import(src: Path, out: Path, fmt: str) -> dict:

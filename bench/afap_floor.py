@@ -19,13 +19,19 @@ fast as possible, the same I/Os for every tool, alternating runs.
 - the recording floor: the same loops keeping each I/O's times and result as a replayer must
   (`floor ... record`: a clock read per I/O and four stores to arrays laid out before the run),
   which the floor does not: what recording alone costs on this machine.
+- the engine alone: our engine as `replay run` starts it, fed the same trace from memory in the
+  runner's chunks, its results dropped (`_harness.py engine-alone`): ours without the runner's
+  work beside the engine (reading the trace, the results journal, the summary), so a row's gap
+  to the floor splits into the engine's part and the runner's.
 
 How to read it. IOPS are medians over the repetitions; "vs floor" and "vs fio" are medians of
 the per-repetition ratios ours / floor and ours / fio (goals, issue 23: >= 0.95 against the
 floor on every row, >= 1.0 against fio's best, >= 1.2 against fio io_uring on the /dev/shm loop
 device), "its range" the lowest and highest ours / floor of the repetitions; "vs rec floor" is
-ours / the recording floor. CPU is microseconds of user + system time per I/O of the whole process: ours the replay() call (Parquet read and results written
-included), the floor's and fio's process (fio's job processes included); goal: ours <= fio's.
+ours / the recording floor, "engine alone vs floor" the engine alone / the floor. CPU is
+microseconds of user + system time per I/O of the whole process: ours the replay() call
+(Parquet read and results written included), the floor's and fio's process (fio's job
+processes included); goal: ours <= fio's.
 """
 import os
 import statistics
@@ -35,8 +41,8 @@ from pathlib import Path
 import numpy as np
 
 import targets
-from _harness import (build_floor, machine, parser, random_trace, run_fio, run_floor, run_ours, table,
-                      write_floor_trace, write_json)
+from _harness import (build_floor, machine, parser, random_trace, run_engine_alone, run_fio, run_floor, run_ours,
+                      table, write_floor_trace, write_json)
 from afap_vs_fio import config_name, fio_args
 
 WORKLOADS = {"randread": 1.0, "randrw70": 0.7}
@@ -70,7 +76,7 @@ def measure(tmp, floor, dev, kind, wl, read_share, n, span, reps, *, engines, qd
     tried = {c: run_fio(fio_args(dev, rw, c, max(n // 4, 5000), span))["iops"] for c in fio_candidates}
     best = max(tried, key=tried.get)
     runs = []
-    order = [("ours", e) for e in engines] + ["floor", "floor_rec", "fio"]
+    order = [("ours", e) for e in engines] + [("alone", e) for e in engines] + ["floor", "floor_rec", "fio"]
     for rep in range(reps):
         run = {}
         for who in order[rep % len(order):] + order[:rep % len(order)]:
@@ -80,6 +86,9 @@ def measure(tmp, floor, dev, kind, wl, read_share, n, span, reps, *, engines, qd
             elif who == "fio":
                 f = run_fio(fio_args(dev, rw, best, n, span))
                 run["fio"] = {"iops": f["iops"], "us_per_io": f["child_cpu_s"] / f["ios"] * 1e6}
+            elif who[0] == "alone":
+                o = run_engine_alone(trace, dev, qd=qd, engine=who[1])
+                run[who] = {"iops": o["iops"], "us_per_io": o["engine_cpu_s"] / o["ios"] * 1e6}
             else:
                 o = run_ours(trace, dev, Path(tmp, "out.parquet"), afap=True, qd=qd, engine=who[1])
                 run[who] = {"iops": o["iops"], "us_per_io": o["process_cpu_s"] / o["ios"] * 1e6,
@@ -92,9 +101,9 @@ def measure(tmp, floor, dev, kind, wl, read_share, n, span, reps, *, engines, qd
     for ours in order[:len(engines)]:
         row = {"target": kind, "workload": wl, "qd": qd, "ios": n, "engine": runs[0][ours]["engine"],
                "fio_config": config_name(best), "fio_tried": {config_name(c): v for c, v in tried.items()},
-               "runs": [{"ours": r[ours], "floor": r["floor"], "floor_rec": r["floor_rec"], "fio": r["fio"]}
-                        for r in runs]}
-        for who in ("ours", "floor", "floor_rec", "fio"):
+               "runs": [{"ours": r[ours], "alone": r[("alone", ours[1])], "floor": r["floor"],
+                         "floor_rec": r["floor_rec"], "fio": r["fio"]} for r in runs]}
+        for who in ("ours", "alone", "floor", "floor_rec", "fio"):
             row[f"{who}_iops"] = med(r[who]["iops"] for r in row["runs"])
             row[f"{who}_us"] = med(r[who]["us_per_io"] for r in row["runs"])
         per_rep = [r["ours"]["iops"] / r["floor"]["iops"] for r in row["runs"]]
@@ -102,6 +111,7 @@ def measure(tmp, floor, dev, kind, wl, read_share, n, span, reps, *, engines, qd
         # The repetitions' spread: on this project's VMs one row moves by up to 0.14 between runs.
         row["vs_floor_range"] = f"{min(per_rep):.2f}-{max(per_rep):.2f}"
         row["vs_floor_rec"] = med(r["ours"]["iops"] / r["floor_rec"]["iops"] for r in row["runs"])
+        row["alone_vs_floor"] = med(r["alone"]["iops"] / r["floor"]["iops"] for r in row["runs"])
         row["vs_fio"] = med(r["ours"]["iops"] / r["fio"]["iops"] for r in row["runs"])
         row["cpu_vs_fio"] = med(r["ours"]["us_per_io"] / r["fio"]["us_per_io"] for r in row["runs"])
         print(f"  {kind} {wl} QD{qd}: ours ({row['engine']}) {row['ours_iops']:,.0f}, floor "
@@ -144,11 +154,12 @@ def main():
                                            engines=["io_uring"], qd=qd, floor_mode=floor_mode, floor_arg=floor_arg,
                                            fio_candidates=[("io_uring", 1, qd)])
     headers = ["target", "workload", "QD", "engine", "ours IOPS", "floor IOPS", "rec floor IOPS", "fio config",
-               "fio IOPS", "vs floor", "its range", "vs rec floor", "vs fio", "ours us/IO", "floor us/IO",
-               "rec floor us/IO", "fio us/IO", "CPU vs fio"]
+               "fio IOPS", "vs floor", "its range", "vs rec floor", "engine alone vs floor", "vs fio", "ours us/IO",
+               "floor us/IO", "rec floor us/IO", "fio us/IO", "CPU vs fio"]
     rows = [[r["target"], r["workload"], r["qd"], r["engine"], r["ours_iops"], r["floor_iops"], r["floor_rec_iops"],
-             r["fio_config"], r["fio_iops"], r["vs_floor"], r["vs_floor_range"], r["vs_floor_rec"], r["vs_fio"],
-             r["ours_us"], r["floor_us"], r["floor_rec_us"], r["fio_us"], r["cpu_vs_fio"]]
+             r["fio_config"], r["fio_iops"], r["vs_floor"], r["vs_floor_range"], r["vs_floor_rec"],
+             r["alone_vs_floor"], r["vs_fio"], r["ours_us"], r["floor_us"], r["floor_rec_us"], r["fio_us"],
+             r["cpu_vs_fio"]]
             for r in results]
     print()
     print(f"AFAP, 4 KiB, O_DIRECT; medians of {reps} alternating repetitions; ratios ours/floor and ours/fio "
