@@ -1,5 +1,6 @@
 """bench/floor.c, the floor the AFAP and lateness benchmarks measure ours against: it writes the
-bytes ours writes, and its recording variant does the same I/Os as it."""
+bytes ours writes, and its recording variant does the same I/Os as it; and the engine alone
+(`_harness.py engine-alone`) does what `replay run` does."""
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ from traces.trace import write_trace
 
 sys.path.insert(0, str(BENCH))
 try:
-    from _harness import build_floor, run_floor, write_floor_trace
+    from _harness import build_floor, run_engine_alone, run_floor, write_floor_trace
 finally:
     sys.path.remove(str(BENCH))
 
@@ -72,3 +73,25 @@ def test_the_floor_writes_the_bytes_ours_writes(floor, tmp_path, mode, arg, engi
     floor_bytes, ours_bytes = (np.fromfile(images[who], np.uint8) for who in ("floor", "ours"))
     assert np.count_nonzero(ours_bytes) > n * 4096 * 0.99  # every block written, with random bytes
     assert np.array_equal(floor_bytes, ours_bytes)
+
+
+@pytest.mark.parametrize("engine,qd", [("psync", 4), ("io_uring", 32)])
+def test_the_engine_alone_writes_the_bytes_replay_writes(tmp_path, engine, qd):
+    n = 600
+    rng = np.random.default_rng(5)
+    offset = rng.permutation(n).astype(np.int64) * 8192
+    length = rng.choice([4096, 8192], n).astype(np.int64)
+    trace = write_trace(tmp_path / "t.parquet", {"ts_ns": np.zeros(n, np.int64), "op": np.full(n, Op.WRITE, np.uint8),
+                                                "offset": offset, "length": length}, {"name": "t"})
+    images = {}
+    for who in ("alone", "ours"):
+        images[who] = tmp_path / f"{who}.img"
+        with open(images[who], "wb") as f:
+            f.truncate(n * 8192)
+    got = run_engine_alone(trace, images["alone"], engine=engine, qd=qd)
+    assert got["ios"] == n and got["iops"] > 0 and got["engine"] == engine and got["engine_cpu_s"] > 0
+    replay(trace, images["ours"], RunOptions(timing="afap", engine=engine, qd=qd, destroy_data=True),
+           output=tmp_path / "r.parquet")
+    alone_bytes, ours_bytes = (np.fromfile(images[who], np.uint8) for who in ("alone", "ours"))
+    assert np.count_nonzero(alone_bytes) > n * 4096 * 0.99  # every block written, with random bytes
+    assert np.array_equal(alone_bytes, ours_bytes)
