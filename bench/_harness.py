@@ -168,12 +168,18 @@ def _engine_alone(argv):
                       "process_cpu_s": (time.process_time_ns() - cpu0) / 1e9}))
 
 
-def run_engine_alone(trace, target, *, engine=None, qd=32, pythonpath=None) -> dict:
+def _child_env(pythonpath=None) -> dict:
+    """A child's environment, OPENBLAS_NUM_THREADS=1 as the `replay` CLI sets it (OpenBLAS's idle
+    threads would spin on the engine's cores); `pythonpath`, another checkout's tracereplay
+    (afap_ab.py)."""
+    return {**os.environ, "OPENBLAS_NUM_THREADS": "1", **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+
+
+def run_engine_alone(trace, target, *, engine=None, qd=32) -> dict:
     """`_engine_alone` in a fresh Python process; returns its JSON line."""
     cmd = [sys.executable, str(HERE / "_harness.py"), "engine-alone", "--trace", str(trace),
            "--target", str(target), "--qd", str(qd), *(["--engine", engine] if engine else [])]
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", **({"PYTHONPATH": pythonpath} if pythonpath else {})}
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, env=_child_env())
     if proc.returncode:
         raise RuntimeError(f"engine-alone worker failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -197,11 +203,7 @@ def run_ours(trace, target, output, *, engine=None, afap=True, qd=32, speed=1.0,
     if threads:
         cmd.append("--threads")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # As the `replay` CLI sets it: OpenBLAS's idle threads would spin on the engine's cores.
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, env=_child_env(pythonpath))
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         raise RuntimeError(f"replay worker failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -349,8 +351,7 @@ def timed_import(src: Path, out: Path, fmt: str) -> dict:
             f"rows = import_trace([{str(src)!r}], {str(out)!r}, {fmt!r}, force=True)[1]; "
             "print(rows, time.monotonic() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[1],
-                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+                          cwd=Path(__file__).resolve().parents[1], env=_child_env())
     if done.returncode:
         sys.exit(done.stderr)
     rows, seconds, rss_kib = done.stdout.split()
