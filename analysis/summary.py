@@ -199,6 +199,10 @@ class RunSummary:
 
     # ---- accumulation -------------------------------------------------------------------
 
+    def add_batch(self, batch):
+        """Count one Arrow record batch of result rows (a results file's or journal's)."""
+        self.add({name: batch.column(i).to_numpy(zero_copy_only=False) for i, name in enumerate(batch.schema.names)})
+
     def add(self, chunk):
         """Count one chunk: a mapping of equal-length 1-D arrays with the result columns.
 

@@ -42,8 +42,11 @@ class Merger:
     """Deals each chunk's rows to the workers (row i to worker i % N), and puts their results
     back together in trace order as they finish, writing rows that were issued."""
 
-    def __init__(self, reps, writer, summary, consumers=()):
+    def __init__(self, reps, writer, summary, consumers=(), summarising=True):
         self.reps, self.writer, self.summary = reps, writer, summary
+        # Whether `summary` counts the rows as they are written; if not, `close_results` makes
+        # it from the journal.
+        self.summarising = summarising
         self.consumers = list(consumers)
         self.pending = deque()  # chunks pushed, not yet written
         self.results = [deque() for _ in reps]  # per worker, in push order
@@ -98,7 +101,8 @@ class Merger:
             out = {name: col[issued] for name, col in out.items()}
         if len(out["op"]):
             self.writer.write(out)
-            self.summary.add(out)
+            if self.summarising:
+                self.summary.add(out)
             for consumer in self.consumers:
                 consumer.add(out)
         self.done += len(out["op"])

@@ -91,11 +91,14 @@ def notice_journals(output: Path, ours: Path, notices) -> None:
                            f"`replay recover {journal} -o FILE` makes its results file")
 
 
-def close_results(writer, merger, metadata: dict, cause=None) -> Path:
-    """Finish the results file, or, where that fails (a full disk), raise one ReplayError that
-    names the journal kept with every row written and how to recover it."""
+def close_results(writer, merger, metadata, cause=None) -> Path:
+    """Finish the results file with `metadata` (a function of the summary, which a merger that
+    does not summarise as rows come makes from the journal here), or, where that fails (a full
+    disk), raise one ReplayError that names the journal kept with every row written and how to
+    recover it."""
     try:
-        return writer.close(metadata)
+        return writer.close(lambda: metadata(merger.summary),
+                            None if merger.summarising else merger.summary.add_batch)
     except JournalKept as e:
         problem = cause if isinstance(cause, OSError) else e.cause
         what = ("the results filesystem is full" if problem.errno == errno.ENOSPC
@@ -115,7 +118,7 @@ def recover(journal, output=None, force=False) -> tuple[Path, int]:
     if journal.is_file() and journal_in_use(journal):
         raise ReplayError(f"{journal} is still being written by a running replay, which makes "
                           "its results file when it ends; stop it first to recover its rows now")
-    _, metadata, batches = read_journal(journal)
+    _, metadata, _ = read_journal(journal)
     if metadata.get("kind") != "results":
         raise ReplayError(f"{journal} is not the journal of a replay run's results")
     name = journal.name.removesuffix(".partial")
@@ -123,20 +126,17 @@ def recover(journal, output=None, force=False) -> tuple[Path, int]:
     check_output(output, inputs=[(journal, "the journal being recovered")], force=force)
     summary, rows = RunSummary(), 0
 
-    def counted():
+    def counted(batch):
         nonlocal rows
-        for batch in batches:
-            summary.add({n: batch.column(i).to_numpy(zero_copy_only=False)
-                         for i, n in enumerate(batch.schema.names)})
-            rows += batch.num_rows
-            yield batch
+        summary.add_batch(batch)
+        rows += batch.num_rows
 
     def closing():
         return {"interrupted": True, "recovered_from": journal.name, "rows_done": rows,
                 "summary": summary.to_dict()}
 
     try:
-        path = convert_journal(journal, output, closing, "lz4", RESULT_GROUP_ROWS, counted(), force=force)
+        path = convert_journal(journal, output, closing, "lz4", RESULT_GROUP_ROWS, counted, force=force)
     except OSError as e:
         raise ReplayError(f"cannot write {output} ({e.strerror or e}); the journal is left as it "
                           "was") from None

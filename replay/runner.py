@@ -154,15 +154,15 @@ def _run(plan: _Plan, stops: StopSignals) -> RunOutcome:
     check_room(plan.output, None if options.time_limit_s else plan.source.scan.rows)
     summary_warm_up()
     reps, engine, direct = start_engines(plan.target, options, plan.writes, _buffer_length(plan), plan.notices)
+    beside = _made_beside(options, engine)
     try:
         writer, columns = open_results(plan.output, plan.source.column_names,
-                                       _metadata(plan, engine, direct), plan.notices, options.force,
-                                       beside=_encode_beside(options, engine))
+                                       _metadata(plan, engine, direct), plan.notices, options.force, beside=beside)
     except ReplayError:
         for rep in reps:
             rep.stop()
         raise
-    merger = Merger(reps, writer, RunSummary(), plan.consumers)
+    merger = Merger(reps, writer, RunSummary(), plan.consumers, summarising=beside)
     deadline = Deadline(options.time_limit_s, stops)
     ticker = Ticker(plan.progress, merger, plan.source.scan.rows)
     feed = _Feed(plan, merger)
@@ -173,9 +173,9 @@ def _run(plan: _Plan, stops: StopSignals) -> RunOutcome:
     except BaseException as e:
         deadline.cancel()
         _stop_and_join(reps)
-        path = close_results(writer, merger, {"interrupted": True, "rows_done": merger.done,
-                                              "trace": plan.source.describe(merger.done),
-                                              "summary": merger.summary.to_dict()}, e)
+        path = close_results(writer, merger, lambda summary: {
+            "interrupted": True, "rows_done": merger.done, "trace": plan.source.describe(merger.done),
+            "summary": summary.to_dict()}, e)
         if isinstance(e, OSError):
             raise ReplayError(f"{e}; the {merger.done} I/Os done so far are in {path}") from None
         raise
@@ -185,11 +185,11 @@ def _run(plan: _Plan, stops: StopSignals) -> RunOutcome:
     return _finish(plan, engine, writer, merger, stats, feed.aligned, stop)
 
 
-def _encode_beside(options: RunOptions, engine: str) -> bool:
-    """Whether the results' Parquet file is encoded while the run goes, or made from the
-    journal at close. As fast as possible on a device, the engine's threads and the kernel's
-    take every CPU, and the encoding's CPU (89 against 31 ns a row written, journal included)
-    comes out of the I/Os. IOPS made so against encoded beside, 4 rounds alternating: medians
+def _made_beside(options: RunOptions, engine: str) -> bool:
+    """Whether the results' Parquet file and their summary are made while the run goes, or
+    from the journal at close. As fast as possible on a device, the engine's threads and the
+    kernel's take every CPU, and the encoding's CPU (89 against 31 ns a row written, journal
+    included) comes out of the I/Os. IOPS made so against encoded beside, 4 rounds alternating: medians
     0.99-1.05x (1.01x over 8 rows: zram QD32 and a loop device over /dev/shm at QD 4, 32 and
     128, random reads and 70/30); the close then takes ~60 ns a row more (71 against 10). Timed
     runs leave the CPUs idle between I/Os, and the null engine is one thread, so their files
@@ -308,12 +308,12 @@ def _finish(plan: _Plan, engine: str, writer, merger: Merger, stats, aligned: in
     if aligned:
         plan.notices.append(f"aligned {aligned} I/Os to the target's {plan.target.logical_block_size}-byte blocks")
     engine_cpu_s = sum(s["cpu_ns"] for s in stats) / 1e9
-    path = close_results(writer, merger, {
+    path = close_results(writer, merger, lambda summary: {
         "interrupted": interrupted, "rows_done": merger.done,
         "rows_issued": sum(s["rows_issued"] for s in stats),
         "time_limited": time_up, "trace": plan.source.describe(merger.done),
         "aligned_ios": aligned,
         "engine_cpu_s": engine_cpu_s,
-        "summary": merger.summary.to_dict()})
+        "summary": summary.to_dict()})
     return RunOutcome(path, merger.summary, interrupted, plan.target, merger.done, plan.notices, time_up,
                       engine_cpu_s, engine, signum if interrupted else None)

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analysis.summary import RunSummary
 from replay.output import RESULT_FLUSH_S, recover
 from replay.runner import RunOptions, replay
 from tests.cli_process import ENV, one_line, replay_cli, replay_process, wait_for
@@ -260,28 +261,68 @@ class UnnamedFiles(list):
         self.append(_unnamed_files(self.directory))
 
 
-@pytest.mark.parametrize("timing,engine,beside", [("afap", "io_uring", False), ("afap", "psync", False),
-                                                  ("original", "io_uring", True), ("afap", "null", True)])
-def test_as_fast_as_possible_on_a_device_the_results_file_is_made_from_the_journal_at_close(
-        tmp_path, timing, engine, beside):
-    # The CPU the encoding would take comes out of the I/Os then (replay.runner._encode_beside).
-    n = 2000
+BESIDE = pytest.mark.parametrize("timing,engine,beside", [
+    ("afap", "io_uring", False), ("afap", "psync", False), ("original", "io_uring", True), ("afap", "null", True)])
+
+
+def _small_run(tmp_path, timing, engine, consumer, n=2000):
+    """A replay of n 4 KiB reads in chunks of 500 rows on a file (or the null engine), with
+    `consumer`; the rows' offsets and the outcome."""
     i = np.arange(n, dtype=np.int64)
+    offsets = (i * 7919 % 4096) * 4096
     trace = write_trace(tmp_path / "t.parquet", {
-        "ts_ns": i * 1000, "op": np.full(n, Op.READ, np.uint8), "offset": (i * 7919 % 4096) * 4096,
+        "ts_ns": i * 1000, "op": np.full(n, Op.READ, np.uint8), "offset": offsets,
         "length": np.full(n, 4096, np.int64)}, {"name": "t"})
     target = tmp_path / "target.img"
     with open(target, "wb") as f:
         f.truncate(16 << 20)
-    (tmp_path / "out").mkdir()
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return offsets, replay(trace, None if engine == "null" else target,
+                           RunOptions(timing=timing, engine=engine, qd=4, chunk_rows=500),
+                           output=tmp_path / "out" / "r.parquet", consumers=[consumer])
+
+
+@BESIDE
+def test_as_fast_as_possible_on_a_device_the_results_file_is_made_from_the_journal_at_close(
+        tmp_path, timing, engine, beside):
+    # The CPU the encoding would take comes out of the I/Os then (replay.runner._made_beside).
     seen = UnnamedFiles(tmp_path / "out")
-    outcome = replay(trace, None if engine == "null" else target,
-                     RunOptions(timing=timing, engine=engine, qd=4, chunk_rows=500),
-                     output=tmp_path / "out" / "r.parquet", consumers=[seen])
-    assert [count > 0 for count in seen] == [beside] * (n // 500)
+    offsets, outcome = _small_run(tmp_path, timing, engine, seen)
+    assert [count > 0 for count in seen] == [beside] * 4
     got, meta = read_trace(outcome.output)
-    np.testing.assert_array_equal(got["offset"], (i * 7919 % 4096) * 4096)
-    assert (got["result"] == 4096).all() and meta["rows_done"] == n and meta["run"]["engine"] == engine
+    np.testing.assert_array_equal(got["offset"], offsets)
+    assert (got["result"] == 4096).all() and meta["rows_done"] == 2000 and meta["run"]["engine"] == engine
+
+
+class SummaryAdds(list):
+    """A consumer that notes, at each results chunk, how many chunks summaries have counted."""
+
+    calls = 0
+
+    def add(self, chunk):
+        self.append(SummaryAdds.calls)
+
+
+@BESIDE
+def test_as_fast_as_possible_on_a_device_the_summary_is_made_from_the_journal_at_close(
+        tmp_path, monkeypatch, timing, engine, beside):
+    add = RunSummary.add
+
+    def counted(self, chunk):
+        SummaryAdds.calls += 1
+        return add(self, chunk)
+
+    monkeypatch.setattr(RunSummary, "add", counted)
+    seen = SummaryAdds()
+    _, outcome = _small_run(tmp_path, timing, engine, seen)
+    # Beside, each chunk is counted as it is written; else none while the run goes.
+    assert (len(set(seen)) == len(seen)) == beside and len(seen) == 4
+    got, meta = read_trace(outcome.output)
+    expected = RunSummary()
+    for k in range(0, 2000, 500):  # chunk by chunk, as written (float sums depend on the order)
+        expected.add({name: column[k:k + 500] for name, column in got.items()})
+    assert meta["summary"] == outcome.summary.to_dict() == expected.to_dict()
+    assert outcome.summary.total().ios == 2000
 
 
 def read_trace_columns(path):
