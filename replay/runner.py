@@ -188,12 +188,14 @@ def _run(plan: _Plan, stops: StopSignals) -> RunOutcome:
 def _made_beside(options: RunOptions, engine: str) -> bool:
     """Whether the results' Parquet file and their summary are made while the run goes, or
     from the journal at close. As fast as possible on a device, the engine's threads and the
-    kernel's take every CPU, and the encoding's CPU (89 against 31 ns a row written, journal
-    included) comes out of the I/Os. IOPS made so against encoded beside, 4 rounds alternating: medians
-    0.99-1.05x (1.01x over 8 rows: zram QD32 and a loop device over /dev/shm at QD 4, 32 and
-    128, random reads and 70/30); the close then takes ~60 ns a row more (71 against 10). Timed
-    runs leave the CPUs idle between I/Os, and the null engine is one thread, so their files
-    are done when the run is."""
+    kernel's take every CPU, and what the Python thread spends comes out of the I/Os. The
+    encoding (89 against 31 ns a row written, journal included): IOPS made so against encoded
+    beside, 4 rounds alternating, medians 0.99-1.05x (1.01x over 8 rows: zram QD32 and a loop
+    device over /dev/shm at QD 4, 32 and 128, random reads and 70/30); the close then takes
+    ~60 ns a row more (71 against 10). The summary (~10 ns a row): 10 rounds alternating, per
+    round 0.995-1.016x on zram QD32 and that loop device at QD 32 and 128 (1.008x on average
+    over 5 rows). Timed runs leave the CPUs idle between I/Os, and the null engine is one
+    thread, so their files are done when the run is."""
     return options.timing != Timing.afap or engine == "null"
 
 
