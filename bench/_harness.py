@@ -136,8 +136,7 @@ def _engine_alone(argv):
 
     names = ("ts_ns", "op", "offset", "length")
     t = pq.read_table(a.trace, columns=list(names))
-    cols = [np.ascontiguousarray(t[name].to_numpy()).astype(np.uint8 if name == "op" else np.int64)
-            for name in names]
+    cols = [t[name].to_numpy().astype(np.uint8 if name == "op" else np.int64) for name in names]
     opts = RunOptions(timing="afap", qd=a.qd, engine=a.engine, destroy_data=True)
     cpu0 = time.process_time_ns()
     (rep,), engine, _ = start_engines(inspect_target(a.target), opts, bool((cols[1] == Op.WRITE).any()),

@@ -950,7 +950,7 @@ def convert_journal(journal, path, extra_metadata=None, compression="lz4", group
                 # A cast where the types already match is a copy, and its first use imports
                 # pyarrow.compute (0.09 s of CPU, a tenth of a 1M-I/O replay's Python time).
                 out._append(table if table.schema == out._schema else table.cast(out._schema))
-        return out.close((extra_metadata() if callable(extra_metadata) else extra_metadata) or {})
+        return out.close(extra_metadata)  # a function too: `close` calls it once every row is in
     except BaseException:
         out.abort()
         raise
